@@ -1,0 +1,38 @@
+"""Type stubs for the Rust core, memlab_rs._core."""
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+def readable_size(num_bytes: Any) -> str:
+    """pytorch_memlab's size string: ``readable_size(4194304) == '4.00M'``."""
+
+def driver_available() -> bool:
+    """Whether the CUDA driver library could be loaded."""
+
+def driver_device_memory(ordinal: int) -> Optional[tuple[int, int]]:
+    """(used, total) bytes on a device by all processes, or None; never creates a context."""
+
+def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = False) -> ReportTable:
+    """Walk gc and build a report of every tensor Python can reach."""
+
+class ReportTable:
+    def with_cuda(
+        self,
+        device: str,
+        allocated: int,
+        requested: Optional[int] = None,
+        reserved: Optional[int] = None,
+    ) -> ReportTable: ...
+    def view(
+        self,
+        devices: Optional[Sequence[str]] = None,
+        sort_by: Optional[str] = None,
+        top: Optional[int] = None,
+    ) -> ReportTable: ...
+    def devices(self) -> list[str]: ...
+    def text(self, verbose: bool = False) -> str: ...
+    def html(self) -> str: ...
+    def json(self) -> str: ...
+    def sections(self) -> list[dict[str, Any]]: ...
+    def columns(self) -> dict[str, "list[Any] | np.ndarray"]: ...

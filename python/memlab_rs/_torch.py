@@ -1,0 +1,106 @@
+"""The one place that touches torch internals; version differences live here.
+
+Importing this module imports torch but never initialises CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import torch
+
+
+def cuda_ready() -> bool:
+    """Whether CUDA is already initialised in this process (asking never initialises it)."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def device_key(device: torch.device | str | int) -> str:
+    """The report's name for a device: ``"cuda:0"``, ``"cpu"``, ``"meta"``.
+
+    A bare ``"cuda"`` means the current CUDA device, as in torch.
+    """
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        index = torch.cuda.current_device() if cuda_ready() else 0
+        return f"cuda:{index}"
+    return str(dev)
+
+
+def cuda_devices_with_memory() -> list[str]:
+    """CUDA devices on which the caching allocator holds memory, without initialising CUDA."""
+    if not cuda_ready():
+        return []
+    return [
+        f"cuda:{i}"
+        for i in range(torch.cuda.device_count())
+        if torch.cuda.memory_allocated(i) > 0
+    ]
+
+
+def cuda_allocator_figures(device: str) -> tuple[int, int | None, int | None]:
+    """(allocated, requested, reserved) bytes of the caching allocator on ``device``.
+
+    ``requested`` (what callers asked for, before rounding) is None on builds without it.
+    """
+    stats = torch.cuda.memory_stats(device)
+    allocated = int(stats.get("allocated_bytes.all.current", torch.cuda.memory_allocated(device)))
+    requested = stats.get("requested_bytes.all.current")
+    reserved = stats.get("reserved_bytes.all.current")
+    return (
+        allocated,
+        None if requested is None else int(requested),
+        None if reserved is None else int(reserved),
+    )
+
+
+def _named(items: Iterable[tuple[str, torch.Tensor]]) -> dict[int, tuple[torch.Tensor, list[str]]]:
+    """Group names by tensor identity, so tied weights get every name they go by."""
+    by_id: dict[int, tuple[torch.Tensor, list[str]]] = {}
+    for name, tensor in items:
+        if tensor is None:
+            continue
+        entry = by_id.setdefault(id(tensor), (tensor, []))
+        if name not in entry[1]:
+            entry[1].append(name)
+    return by_id
+
+
+def module_tensor_names(model: torch.nn.Module) -> Iterator[tuple[torch.Tensor, str]]:
+    """(tensor, name) for every parameter and buffer of ``model``; tied ones joined by '+'."""
+    params = _named(model.named_parameters(remove_duplicate=False))
+    buffers = _named(model.named_buffers(remove_duplicate=False))
+    for tensor, names in list(params.values()) + list(buffers.values()):
+        yield tensor, "+".join(names)
+
+
+def optimizer_tensor_names(
+    optimizer: torch.optim.Optimizer, param_names: dict[int, str]
+) -> Iterator[tuple[torch.Tensor, str]]:
+    """(tensor, name) for an optimizer's parameters the model did not name and its state.
+
+    State is named ``<Optimizer>.<param name>.<key>`` (``Adam.weight.exp_avg``); a parameter
+    the model does not name is called ``<Optimizer>.param<i>`` by its position in the
+    optimizer's param groups.
+    """
+    opt_name = type(optimizer).__name__
+    index = 0
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            name = param_names.get(id(param))
+            if name is None:
+                name = f"param{index}"
+                yield param, f"{opt_name}.{name}"
+            for key, value in optimizer.state.get(param, {}).items():
+                yield from _state_tensors(value, f"{opt_name}.{name}.{key}")
+            index += 1
+
+
+def _state_tensors(value: object, name: str) -> Iterator[tuple[torch.Tensor, str]]:
+    if isinstance(value, torch.Tensor):
+        yield value, name
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _state_tensors(item, f"{name}.{i}")

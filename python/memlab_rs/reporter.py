@@ -1,0 +1,228 @@
+"""MemReporter: every tensor Python can reach, by device, each storage counted once.
+
+A drop-in for ``pytorch_memlab.MemReporter`` with correct numbers. The walk, the storage
+dedup and the rendering run in Rust (``memlab_rs._core``); this module gathers names from
+the model and optimizers and the CUDA allocator's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import torch
+
+from . import _core, _torch
+
+DeviceLike = Union[torch.device, str, int]
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    """One row of a report: a tensor, or one part of a sparse tensor."""
+
+    name: str
+    device: str
+    shape: Union[tuple, str]
+    dtype: str
+    numel: int
+    #: Bytes charged to this row: the storage as allocated (CUDA rounds up to 512 bytes),
+    #: or 0 when another row already owns the storage.
+    bytes: int
+    #: The storage's own size, before allocator rounding.
+    storage_bytes: int
+    #: Name of the row that owns the shared storage, if any.
+    shared_with: Optional[str]
+
+
+class MemoryReport:
+    """The result of ``MemReporter.collect()``: plain data, no reference to any tensor.
+
+    Prints as pytorch_memlab's table, renders as HTML in Jupyter, exports to JSON and pandas.
+
+    >>> import torch, memlab_rs
+    >>> w = torch.zeros(256, 1024)
+    >>> report = memlab_rs.MemReporter().collect(device="cpu")
+    >>> report.total_bytes("cpu") >= 1 << 20
+    True
+    """
+
+    def __init__(self, table: Any, verbose: bool = False):
+        self._table = table
+        self.verbose = verbose
+
+    @property
+    def devices(self) -> list[str]:
+        """Devices in report order."""
+        return self._table.devices()
+
+    @property
+    def rows(self) -> list[TensorRow]:
+        """Every row, device by device."""
+        cols = self._table.columns()
+        return [
+            TensorRow(*(cols[key][i] if key not in _INT_COLUMNS else int(cols[key][i])
+                        for key in _ROW_FIELDS))
+            for i in range(len(cols["name"]))
+        ]
+
+    def sections(self) -> list[dict]:
+        """Per-device totals: bytes, numel, and on CUDA the allocator's figures and the
+        remainder split into ``unseen_tensors`` and ``rounding``."""
+        return self._table.sections()
+
+    def total_bytes(self, device: DeviceLike) -> int:
+        """Bytes charged to the tensors listed on ``device`` (0 if none)."""
+        key = _torch.device_key(device)
+        return next((s["total_bytes"] for s in self.sections() if s["device"] == key), 0)
+
+    def to_text(self, verbose: Optional[bool] = None) -> str:
+        """pytorch_memlab's table as a string."""
+        return self._table.text(self.verbose if verbose is None else verbose)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        """The report as JSON (also written to ``path`` when given)."""
+        text = self._table.json()
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    def to_dict(self) -> dict:
+        """The report as nested dicts and lists (the JSON document, parsed)."""
+        return json.loads(self._table.json())
+
+    def to_dataframe(self):
+        """The rows as a pandas DataFrame (``pip install memlab_rs[pandas]``)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError(
+                "MemoryReport.to_dataframe() needs pandas: pip install 'memlab_rs[pandas]'"
+            ) from e
+        return pd.DataFrame(self._table.columns())
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        return self._table.html()
+
+
+_ROW_FIELDS = ("name", "device", "shape", "dtype", "numel", "bytes", "storage_bytes",
+               "shared_with")
+_INT_COLUMNS = ("numel", "bytes", "storage_bytes")
+
+
+class MemReporter:
+    """Report every tensor Python can reach, by device, each storage counted once.
+
+    Drop-in for ``pytorch_memlab.MemReporter``: same constructor, ``report()`` and
+    ``add_optimizer()``, same printed layout. Differences (all fixes): used memory is the
+    storage's real size (pytorch_memlab multiplies it by the element size again), tied and
+    shared storages are counted once, and on CUDA the report accounts for the whole of
+    ``torch.cuda.memory_allocated()``.
+
+    The reporter keeps only weak references to the model and optimizers; names are read
+    from them at each report, so they are always current.
+
+    >>> import torch, memlab_rs
+    >>> linear = torch.nn.Linear(1024, 1024)
+    >>> reporter = memlab_rs.MemReporter(linear)
+    >>> [r.bytes for r in reporter.collect(device="cpu").rows if r.name == "weight"]
+    [4194304]
+    """
+
+    def __init__(self, model: Optional[torch.nn.Module] = None, pre_collect: bool = False):
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"MemReporter(model=...) expects a torch.nn.Module, got {type(model).__name__}; "
+                "pass the module whose parameters you want named, or nothing"
+            )
+        self._model = None if model is None else weakref.ref(model)
+        self._optimizers: list[weakref.ref] = []
+        self.pre_collect = pre_collect
+
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Name the optimizer's state after its parameters: ``Adam.weight.exp_avg``.
+
+        >>> import torch, memlab_rs
+        >>> lin = torch.nn.Linear(4, 4)
+        >>> opt = torch.optim.Adam(lin.parameters())
+        >>> memlab_rs.MemReporter(lin).add_optimizer(opt)
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                "add_optimizer() expects a torch.optim.Optimizer, got "
+                f"{type(optimizer).__name__}"
+            )
+        if all(ref() is not optimizer for ref in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
+
+    def _named_tensors(self) -> list[tuple[torch.Tensor, str]]:
+        named: list[tuple[torch.Tensor, str]] = []
+        model = self._model() if self._model is not None else None
+        if model is not None:
+            named.extend(_torch.module_tensor_names(model))
+        param_names = {id(t): name for t, name in named}
+        for ref in self._optimizers:
+            optimizer = ref()
+            if optimizer is not None:
+                named.extend(_torch.optimizer_tensor_names(optimizer, param_names))
+        return named
+
+    def collect(
+        self,
+        device: Optional[DeviceLike] = None,
+        sort_by: Optional[str] = None,
+        top: Optional[int] = None,
+        verbose: bool = False,
+    ) -> MemoryReport:
+        """Walk every tensor now and return the report as data (nothing is printed).
+
+        ``device`` keeps one device (a bare ``"cuda"`` means the current one); ``sort_by``
+        is None (the order found: the model's tensors first), ``"size"`` or ``"name"``;
+        ``top`` keeps the first N rows per device, totals still covering every tensor.
+        """
+        if top is not None and (not isinstance(top, int) or top < 0):
+            raise ValueError(f"top must be a non-negative int or None, got {top!r}")
+        table = _core.collect_report(self._named_tensors(), self.pre_collect)
+        cuda_devices = [d for d in table.devices() if d.startswith("cuda")]
+        cuda_devices += [d for d in _torch.cuda_devices_with_memory() if d not in cuda_devices]
+        for dev in cuda_devices:
+            table = table.with_cuda(dev, *_torch.cuda_allocator_figures(dev))
+        wanted = None if device is None else [_torch.device_key(device)]
+        return MemoryReport(table.view(wanted, sort_by, top), verbose=verbose)
+
+    def report(
+        self,
+        verbose: bool = False,
+        device: Optional[DeviceLike] = None,
+        sort_by: Optional[str] = None,
+        top: Optional[int] = None,
+    ) -> None:
+        """Print the table, as pytorch_memlab does; see ``collect()`` for the arguments.
+
+        >>> import torch, memlab_rs
+        >>> memlab_rs.MemReporter(torch.nn.Linear(2, 2)).report(device="cpu", top=1)
+        ... # doctest: +ELLIPSIS
+        Element type                                            Size  Used MEM
+        ...
+        """
+        print(self.collect(device, sort_by, top, verbose).to_text(), end="")
+
+    def to_json(self, device: Optional[DeviceLike] = None) -> str:
+        """A fresh report as JSON."""
+        return self.collect(device).to_json()
+
+    def to_dataframe(self, device: Optional[DeviceLike] = None):
+        """A fresh report as a pandas DataFrame."""
+        return self.collect(device).to_dataframe()
+
+    def _repr_html_(self) -> str:
+        return self.collect()._repr_html_()

@@ -1,0 +1,95 @@
+//! The report as JSON: one object per device, rows as objects with typed fields.
+
+use std::fmt::Write;
+
+use crate::reporter::records::{DeviceSection, Row};
+
+/// A JSON string literal, escaping what RFC 8259 requires.
+pub fn string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+fn row(r: &Row) -> String {
+    let shape = match &r.dims {
+        Some(dims) => {
+            let items: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+            format!("[{}]", items.join(","))
+        }
+        None => string(&r.shape_text),
+    };
+    format!(
+        "{{\"name\":{},\"device\":{},\"shape\":{},\"dtype\":{},\"numel\":{},\"bytes\":{},\"storage_bytes\":{},\"shared_with\":{}}}",
+        string(&r.name),
+        string(&r.device),
+        shape,
+        string(&r.dtype),
+        r.numel,
+        r.bytes,
+        r.storage_bytes,
+        optional(r.shared_with.as_deref().map(string)),
+    )
+}
+
+/// Render sections as a JSON document: `{"devices": [...]}`.
+pub fn render(sections: &[DeviceSection]) -> String {
+    let devices: Vec<String> = sections
+        .iter()
+        .map(|s| {
+            let rows: Vec<String> = s.rows.iter().map(row).collect();
+            let cuda = match (s.cuda, s.remainder()) {
+                (Some(c), Some(rest)) => format!(
+                    "{{\"allocated\":{},\"requested\":{},\"reserved\":{},\"unseen_tensors\":{},\"rounding\":{},\"driver_used\":{},\"driver_total\":{}}}",
+                    c.allocated,
+                    optional(c.requested),
+                    optional(c.reserved),
+                    rest.unseen_tensors,
+                    rest.rounding,
+                    optional(c.driver_used_total.map(|(used, _)| used)),
+                    optional(c.driver_used_total.map(|(_, total)| total)),
+                ),
+                _ => "null".to_owned(),
+            };
+            format!(
+                "{{\"device\":{},\"total_numel\":{},\"total_bytes\":{},\"omitted_rows\":{},\"omitted_bytes\":{},\"cuda\":{},\"rows\":[{}]}}",
+                string(&s.device),
+                s.total_numel,
+                s.total_bytes,
+                s.omitted_rows,
+                s.omitted_bytes,
+                cuda,
+                rows.join(","),
+            )
+        })
+        .collect();
+    format!("{{\"devices\":[{}]}}", devices.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string;
+
+    #[test]
+    fn escapes_quotes_and_controls() {
+        assert_eq!(string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+}

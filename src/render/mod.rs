@@ -1,0 +1,5 @@
+//! Renderers: plain results in, text out. One module per format; none of them collects.
+
+pub mod html;
+pub mod json;
+pub mod memlab_text;

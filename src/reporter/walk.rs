@@ -1,0 +1,99 @@
+//! The gc walk: every tensor Python can reach, in a useful order, with its name.
+//!
+//! Order: the tensors the caller named (the model's parameters and buffers, optimizer
+//! state), then every other tensor in gc order. Each parameter's `.grad` follows its
+//! parameter, wherever gc happened to list it, so a grad is named after its parameter and
+//! charged once.
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use super::facts::FactReader;
+use super::records::TensorFacts;
+
+/// Walk gc and return facts for every reachable tensor. `named` holds (tensor, name) pairs
+/// that take precedence over gc order and numbering. References taken here are dropped on
+/// return: only plain records leave this function.
+pub fn collect_facts<'py>(
+    py: Python<'py>,
+    reader: &mut FactReader<'py>,
+    named: Vec<(Bound<'py, PyAny>, String)>,
+    pre_collect: bool,
+) -> PyResult<Vec<TensorFacts>> {
+    let gc = py.import("gc")?;
+    if pre_collect {
+        gc.call_method0("collect")?;
+    }
+    let mut order: Vec<(Bound<'py, PyAny>, Option<String>)> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    for (tensor, name) in named {
+        if seen.insert(tensor.as_ptr() as usize) {
+            order.push((tensor, Some(name)));
+        }
+    }
+    {
+        let objects = gc.call_method0("get_objects")?.cast_into::<PyList>()?;
+        let base = reader.handles().tensor_base.as_type_ptr();
+        for object in objects.iter() {
+            // An exact type check on the object's own type: no `__class__` lookup, so weak
+            // proxies (dead or alive) and lazy modules are never touched or warned about.
+            let is_tensor = unsafe { ffi::PyType_IsSubtype(ffi::Py_TYPE(object.as_ptr()), base) };
+            if is_tensor != 0 && seen.insert(object.as_ptr() as usize) {
+                order.push((object, None));
+            }
+        }
+    }
+
+    // Which tensors are some leaf's grad, so that they are listed under that leaf.
+    let mut grads: HashMap<usize, Bound<'py, PyAny>> = HashMap::new();
+    let mut grad_ptrs: HashSet<usize> = HashSet::new();
+    for (tensor, _) in &order {
+        if let Some(grad) = leaf_grad(tensor) {
+            grad_ptrs.insert(grad.as_ptr() as usize);
+            grads.insert(tensor.as_ptr() as usize, grad);
+        }
+    }
+
+    let mut facts = Vec::with_capacity(order.len());
+    let mut numbered = 0usize;
+    for (tensor, name) in &order {
+        let ptr = tensor.as_ptr() as usize;
+        if grad_ptrs.contains(&ptr) && name.is_none() {
+            continue; // listed under its parameter
+        }
+        let name = match name {
+            Some(name) => name.clone(),
+            None => {
+                let type_name = tensor.get_type().name()?.to_string();
+                numbered += 1;
+                format!("{type_name}{}", numbered - 1)
+            }
+        };
+        if let Some(grad) = grads.get(&ptr) {
+            reader.read(tensor, name.clone(), &mut facts);
+            reader.read(grad, format!("{name}.grad"), &mut facts);
+        } else {
+            reader.read(tensor, name, &mut facts);
+        }
+    }
+    Ok(facts)
+}
+
+/// `tensor.grad` for leaf tensors that have one. Non-leaf tensors are skipped: reading
+/// their `.grad` makes torch warn.
+fn leaf_grad<'py>(tensor: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let py = tensor.py();
+    let is_leaf = tensor
+        .getattr(intern!(py, "is_leaf"))
+        .and_then(|v| v.extract::<bool>())
+        .unwrap_or(false);
+    if !is_leaf {
+        return None;
+    }
+    let grad = tensor.getattr(intern!(py, "grad")).ok()?;
+    (!grad.is_none()).then_some(grad)
+}
