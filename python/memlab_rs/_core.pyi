@@ -1,6 +1,7 @@
 """Type stubs for the Rust core, memlab_rs._core."""
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -10,7 +11,7 @@ def readable_size(num_bytes: Any) -> str:
 def driver_available() -> bool:
     """Whether the CUDA driver library could be loaded."""
 
-def driver_device_memory(ordinal: int) -> Optional[tuple[int, int]]:
+def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
     """(used, total) bytes on a device by all processes, or None; never creates a context."""
 
 def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = False) -> ReportTable:
@@ -21,18 +22,18 @@ class ReportTable:
         self,
         device: str,
         allocated: int,
-        requested: Optional[int] = None,
-        reserved: Optional[int] = None,
+        requested: int | None = None,
+        reserved: int | None = None,
     ) -> ReportTable: ...
     def view(
         self,
-        devices: Optional[Sequence[str]] = None,
-        sort_by: Optional[str] = None,
-        top: Optional[int] = None,
+        devices: Sequence[str] | None = None,
+        sort_by: str | None = None,
+        top: int | None = None,
     ) -> ReportTable: ...
     def devices(self) -> list[str]: ...
     def text(self, verbose: bool = False) -> str: ...
     def html(self) -> str: ...
     def json(self) -> str: ...
     def sections(self) -> list[dict[str, Any]]: ...
-    def columns(self) -> dict[str, "list[Any] | np.ndarray"]: ...
+    def columns(self) -> dict[str, list[Any] | np.ndarray]: ...

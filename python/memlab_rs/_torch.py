@@ -5,7 +5,7 @@ Importing this module imports torch but never initialises CUDA.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -34,9 +34,7 @@ def cuda_devices_with_memory() -> list[str]:
     if not cuda_ready():
         return []
     return [
-        f"cuda:{i}"
-        for i in range(torch.cuda.device_count())
-        if torch.cuda.memory_allocated(i) > 0
+        f"cuda:{i}" for i in range(torch.cuda.device_count()) if torch.cuda.memory_allocated(i) > 0
     ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 
@@ -25,7 +25,7 @@ class TensorRow:
 
     name: str
     device: str
-    shape: Union[tuple, str]
+    shape: tuple | str
     dtype: str
     numel: int
     #: Bytes charged to this row: the storage as allocated (CUDA rounds up to 512 bytes),
@@ -34,7 +34,7 @@ class TensorRow:
     #: The storage's own size, before allocator rounding.
     storage_bytes: int
     #: Name of the row that owns the shared storage, if any.
-    shared_with: Optional[str]
+    shared_with: str | None
 
 
 class MemoryReport:
@@ -63,8 +63,12 @@ class MemoryReport:
         """Every row, device by device."""
         cols = self._table.columns()
         return [
-            TensorRow(*(cols[key][i] if key not in _INT_COLUMNS else int(cols[key][i])
-                        for key in _ROW_FIELDS))
+            TensorRow(
+                *(
+                    cols[key][i] if key not in _INT_COLUMNS else int(cols[key][i])
+                    for key in _ROW_FIELDS
+                )
+            )
             for i in range(len(cols["name"]))
         ]
 
@@ -78,11 +82,11 @@ class MemoryReport:
         key = _torch.device_key(device)
         return next((s["total_bytes"] for s in self.sections() if s["device"] == key), 0)
 
-    def to_text(self, verbose: Optional[bool] = None) -> str:
+    def to_text(self, verbose: bool | None = None) -> str:
         """pytorch_memlab's table as a string."""
         return self._table.text(self.verbose if verbose is None else verbose)
 
-    def to_json(self, path: Optional[str] = None) -> str:
+    def to_json(self, path: str | None = None) -> str:
         """The report as JSON (also written to ``path`` when given)."""
         text = self._table.json()
         if path is not None:
@@ -114,8 +118,7 @@ class MemoryReport:
         return self._table.html()
 
 
-_ROW_FIELDS = ("name", "device", "shape", "dtype", "numel", "bytes", "storage_bytes",
-               "shared_with")
+_ROW_FIELDS = ("name", "device", "shape", "dtype", "numel", "bytes", "storage_bytes", "shared_with")
 _INT_COLUMNS = ("numel", "bytes", "storage_bytes")
 
 
@@ -138,7 +141,7 @@ class MemReporter:
     [4194304]
     """
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, pre_collect: bool = False):
+    def __init__(self, model: torch.nn.Module | None = None, pre_collect: bool = False):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(
                 f"MemReporter(model=...) expects a torch.nn.Module, got {type(model).__name__}; "
@@ -158,8 +161,7 @@ class MemReporter:
         """
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(
-                "add_optimizer() expects a torch.optim.Optimizer, got "
-                f"{type(optimizer).__name__}"
+                f"add_optimizer() expects a torch.optim.Optimizer, got {type(optimizer).__name__}"
             )
         if all(ref() is not optimizer for ref in self._optimizers):
             self._optimizers.append(weakref.ref(optimizer))
@@ -178,9 +180,9 @@ class MemReporter:
 
     def collect(
         self,
-        device: Optional[DeviceLike] = None,
-        sort_by: Optional[str] = None,
-        top: Optional[int] = None,
+        device: DeviceLike | None = None,
+        sort_by: str | None = None,
+        top: int | None = None,
         verbose: bool = False,
     ) -> MemoryReport:
         """Walk every tensor now and return the report as data (nothing is printed).
@@ -202,9 +204,9 @@ class MemReporter:
     def report(
         self,
         verbose: bool = False,
-        device: Optional[DeviceLike] = None,
-        sort_by: Optional[str] = None,
-        top: Optional[int] = None,
+        device: DeviceLike | None = None,
+        sort_by: str | None = None,
+        top: int | None = None,
     ) -> None:
         """Print the table, as pytorch_memlab does; see ``collect()`` for the arguments.
 
@@ -216,11 +218,11 @@ class MemReporter:
         """
         print(self.collect(device, sort_by, top, verbose).to_text(), end="")
 
-    def to_json(self, device: Optional[DeviceLike] = None) -> str:
+    def to_json(self, device: DeviceLike | None = None) -> str:
         """A fresh report as JSON."""
         return self.collect(device).to_json()
 
-    def to_dataframe(self, device: Optional[DeviceLike] = None):
+    def to_dataframe(self, device: DeviceLike | None = None):
         """A fresh report as a pandas DataFrame."""
         return self.collect(device).to_dataframe()
 

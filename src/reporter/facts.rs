@@ -79,14 +79,20 @@ impl<'py> FactReader<'py> {
             ],
             _ => &[],
         };
-        if parts.is_empty() {
-            out.push(self.read_dense(tensor, name));
-            return;
-        }
-        for (label, method) in parts {
-            if let Ok(part) = tensor.call_method0(*method) {
-                out.push(self.read_dense(&part, format!("{name}.{label}")));
+        if !parts.is_empty() {
+            for (label, method) in parts {
+                if let Ok(part) = tensor.call_method0(*method) {
+                    out.push(self.read_dense(&part, format!("{name}.{label}")));
+                }
             }
+        } else if let Some(inner) = wrapped_tensors(tensor) {
+            // A wrapper subclass (NestedTensor, DTensor, ...) owns no memory itself: its
+            // inner tensors do, and they are reported (and deduplicated) as its parts.
+            for (label, part) in inner {
+                self.read(&part, format!("{name}.{label}"), out);
+            }
+        } else {
+            out.push(self.read_dense(tensor, name));
         }
     }
 
@@ -107,7 +113,11 @@ impl<'py> FactReader<'py> {
                 .call1((shape,))
                 .and_then(|t| t.str().map(|s| s.to_string()))
                 .unwrap_or_else(|_| "?".to_owned()),
-            (None, None) => "?".to_owned(),
+            // A strided nested tensor has no single shape: say how many tensors it nests.
+            (None, None) => tensor
+                .call_method1(intern!(py, "size"), (0,))
+                .and_then(|n| n.extract::<i64>())
+                .map_or_else(|_| "?".to_owned(), |n| format!("nested({n})")),
         };
         let numel = match &dims {
             Some(dims) => dims.iter().product::<i64>().max(0) as u64,
@@ -143,6 +153,23 @@ impl<'py> FactReader<'py> {
         self.dtype_names.insert(key, name.clone());
         name
     }
+}
+
+/// The inner tensors of a traceable wrapper subclass, from `__tensor_flatten__`; None for
+/// tensors that hold their own storage.
+fn wrapped_tensors<'py>(tensor: &Bound<'py, PyAny>) -> Option<Vec<(String, Bound<'py, PyAny>)>> {
+    let py = tensor.py();
+    let flatten = intern!(py, "__tensor_flatten__");
+    if !tensor.get_type().hasattr(flatten).unwrap_or(false) {
+        return None;
+    }
+    let (attrs, _context): (Vec<String>, Bound<'py, PyAny>) =
+        tensor.call_method0(flatten).ok()?.extract().ok()?;
+    let parts = attrs
+        .into_iter()
+        .filter_map(|attr| tensor.getattr(attr.as_str()).ok().map(|t| (attr, t)))
+        .collect();
+    Some(parts)
 }
 
 /// The storage behind a tensor, or None for tensors without one (wrapper subclasses).

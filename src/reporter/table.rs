@@ -33,6 +33,10 @@ pub fn build_sections(facts: Vec<TensorFacts>) -> Vec<DeviceSection> {
     let mut owners: HashMap<usize, String> = HashMap::new();
     let mut sections: IndexMap<String, DeviceSection> = IndexMap::new();
     for fact in facts {
+        let empty_storage = fact.storage.is_none_or(|s| s.nbytes == 0);
+        if fact.numel == 0 && empty_storage {
+            continue; // nothing to see, as in pytorch_memlab
+        }
         let section = sections
             .entry(fact.device.clone())
             .or_insert_with(|| DeviceSection {

@@ -1,0 +1,39 @@
+# make demo: set up .venv, build the extension (release), run the demo.
+# make test: same set-up, then cargo test and pytest.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEPS   := $(VENV)/.deps-installed
+WHEELS := target/wheels
+
+.PHONY: demo test build lint bench clean
+
+$(DEPS): requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	touch $@
+
+# Build a release wheel and install it, so tests run against what users get.
+build: $(DEPS)
+	rm -rf $(WHEELS)
+	$(BIN)/maturin build --release --quiet -o $(WHEELS)
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(WHEELS)/memlab_rs-*.whl
+
+demo: build
+	$(BIN)/python -m memlab_rs.demo
+
+test: build
+	cargo test --quiet
+	$(BIN)/python -m pytest tests
+
+lint: $(DEPS)
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	$(BIN)/ruff check python tests bench
+
+bench: build
+	$(BIN)/python bench/reporter_walk.py
+
+clean:
+	rm -rf $(VENV) target

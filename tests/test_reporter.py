@@ -1,0 +1,360 @@
+"""MemReporter on CPU: exact bytes, names, dedup, odd tensors, exports, no leaks."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import textwrap
+import warnings
+import weakref
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from memlab_rs import MemReporter
+from memlab_rs.models import TinyGPT
+
+
+def rows_by_name(report):
+    return {r.name: r for r in report.rows}
+
+
+def test_linear_weight_is_four_megabytes():
+    linear = torch.nn.Linear(1024, 1024)
+    rows = rows_by_name(MemReporter(linear).collect(device="cpu"))
+    assert rows["weight"].bytes == 4 * 1024 * 1024
+    assert rows["weight"].shape == (1024, 1024)
+    assert rows["weight"].dtype == "torch.float32"
+    assert rows["bias"].bytes == 4096
+    del linear
+
+
+def test_printed_table_matches_pytorch_memlab_layout(capsys):
+    linear = torch.nn.Linear(1024, 1024)
+    MemReporter(linear).report(device="cpu")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Element type                                            Size  Used MEM"
+    assert lines[1] == "-" * 79
+    assert lines[2] == "Storage on cpu"
+    assert lines[3] == "weight" + " " * 34 + "(1024, 1024)".rjust(20) + "4.00M".rjust(10)
+    assert lines[4] == "bias" + " " * 36 + "(1024,)".rjust(20) + "4.00K".rjust(10)
+    assert lines[-3] == "-" * 79
+    assert lines[-2].startswith("Total Tensors: ") and "\tUsed Memory: " in lines[-2]
+    assert lines[-1] == "-" * 79
+
+
+def test_whole_report_in_a_fresh_process(script):
+    out = script(
+        """
+        import torch, memlab_rs
+        lin = torch.nn.Linear(256, 256)
+        x = torch.ones(64, 256)
+        view = x[1:3]
+        memlab_rs.MemReporter(lin).report(verbose=True)
+        """
+    )
+    assert out == (
+        "Element type                                            Size  Used MEM\n" + "-" * 79 + "\n"
+        "Storage on cpu\n"
+        "weight                                            (256, 256)   256.00K\n"
+        "bias                                                  (256,)     1.00K\n"
+        "Tensor0                                            (64, 256)    64.00K\n"
+        "Tensor1(->Tensor0)                                  (2, 256)     0.00B\n" + "-" * 79 + "\n"
+        "Total Tensors: 82688 \tUsed Memory: 321.00K\n" + "-" * 79 + "\n"
+    )
+
+
+def test_same_output_as_pytorch_memlab_where_it_is_right(script):
+    # With one-byte elements and sizes in whole 512-byte blocks, pytorch_memlab's
+    # arithmetic is right, so both tools must print the same bytes.
+    program = """
+        import torch, {mod}
+        a = torch.zeros(1024, dtype=torch.uint8)
+        b = torch.ones(4096, dtype=torch.int8)
+        v = b[10:20]
+        {mod}.MemReporter().report(verbose=True)
+        """
+    ours = script(program.format(mod="memlab_rs"))
+    theirs = script(
+        "import warnings; warnings.simplefilter('ignore')\n"
+        + textwrap.dedent(program.format(mod="pytorch_memlab"))
+    )
+    # pytorch_memlab prints a CUDA notice at import on machines without a GPU
+    theirs = theirs[theirs.index("Element type") :]
+    assert ours == theirs
+
+
+def test_shared_storage_counted_once_with_owner():
+    base = torch.zeros(1000)
+    view = base[10:20]
+    report = MemReporter().collect(device="cpu", verbose=True)
+    owner = next(r for r in report.rows if r.storage_bytes == 4000 and r.shared_with is None)
+    sharer = next(r for r in report.rows if r.shared_with == owner.name and r.shape == (10,))
+    assert sharer.bytes == 0
+    assert f"{sharer.name}(->{owner.name})" in report.to_text()
+    assert sum(r.bytes for r in report.rows if r.storage_bytes == 4000) == 4000
+    del base, view
+
+
+def test_tied_weights_get_every_name():
+    model = TinyGPT(vocab=64, dim=16, layers=1, heads=2, context=8)
+    rows = rows_by_name(MemReporter(model).collect(device="cpu"))
+    tied = rows["wte.weight+lm_head.weight"]
+    assert tied.bytes == 64 * 16 * 4
+    assert "lm_head.weight" not in rows and "wte.weight" not in rows
+
+
+def test_buffers_are_named_by_module_path():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+    rows = rows_by_name(MemReporter(model).collect(device="cpu"))
+    assert rows["1.running_mean"].bytes == 32
+    assert rows["1.running_var"].bytes == 32
+    assert rows["1.num_batches_tracked"].dtype == "torch.int64"
+    assert rows["1.num_batches_tracked"].shape == ()
+
+
+def test_grads_follow_their_parameter_and_count_once():
+    linear = torch.nn.Linear(128, 64)
+    linear(torch.ones(4, 128)).sum().backward()
+    report = MemReporter(linear).collect(device="cpu")
+    names = [r.name for r in report.rows]
+    assert names[:4] == ["weight", "weight.grad", "bias", "bias.grad"]
+    assert rows_by_name(report)["weight.grad"].bytes == 128 * 64 * 4
+
+
+def test_grad_created_before_its_parameter_is_still_named(script):
+    out = script(
+        """
+        import torch, memlab_rs
+        grad = torch.full((300,), 2.0)          # gc lists this tensor first
+        param = torch.nn.Parameter(torch.zeros(300))
+        param.grad = grad
+        del grad
+        for r in memlab_rs.MemReporter().collect().rows:
+            print(r.name, r.bytes)
+        """
+    )
+    assert out.splitlines() == ["Parameter0 1200", "Parameter0.grad 1200"]
+
+
+def test_parameters_without_grads_do_not_crash():
+    linear = torch.nn.Linear(16, 16)
+    linear(torch.ones(2, 16)).sum().backward()
+    linear.zero_grad(set_to_none=True)
+    rows = rows_by_name(MemReporter(linear).collect(device="cpu"))
+    assert "weight.grad" not in rows and rows["weight"].bytes == 1024
+
+
+def test_optimizer_state_is_named_after_parameters():
+    linear = torch.nn.Linear(1024, 1024)
+    optimizer = torch.optim.Adam(linear.parameters())
+    linear(torch.ones(2, 1024)).sum().backward()
+    optimizer.step()
+    reporter = MemReporter(linear)
+    reporter.add_optimizer(optimizer)
+    rows = rows_by_name(reporter.collect(device="cpu"))
+    assert rows["Adam.weight.exp_avg"].bytes == 4 * 1024 * 1024
+    assert rows["Adam.weight.exp_avg_sq"].bytes == 4 * 1024 * 1024
+    assert rows["Adam.bias.exp_avg"].bytes == 4096
+    assert rows["Adam.weight.step"].bytes == 4
+
+
+def test_optimizer_parameter_the_model_does_not_name_gets_a_number():
+    named = torch.nn.Linear(4, 4)
+    stray = torch.nn.Parameter(torch.zeros(10))
+    optimizer = torch.optim.SGD([*named.parameters(), stray], lr=0.1, momentum=0.9)
+    (named(torch.ones(1, 4)).sum() + stray.sum()).backward()
+    optimizer.step()
+    reporter = MemReporter(named)
+    reporter.add_optimizer(optimizer)
+    rows = rows_by_name(reporter.collect(device="cpu"))
+    assert rows["SGD.param2"].bytes == 40
+    assert rows["SGD.param2.grad"].bytes == 40
+    assert rows["SGD.param2.momentum_buffer"].bytes == 40
+    assert rows["SGD.weight.momentum_buffer"].bytes == 64
+
+
+def test_sparse_tensors_report_their_parts():
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [2, 0, 1]]), torch.ones(3), (4, 4))
+    csr = torch.eye(8).to_sparse_csr()
+    csc = torch.eye(8).to_sparse_csc()
+    bsr = torch.eye(8).to_sparse_bsr((2, 2))
+    reporter = MemReporter()
+    reporter_names = {"coo": coo, "csr": csr, "csc": csc, "bsr": bsr}
+    report = reporter.collect(device="cpu")
+    rows = report.rows
+    for label, tensor in reporter_names.items():
+        parts = [
+            r
+            for r in rows
+            if r.name.rsplit(".", 1)[-1]
+            in ("indices", "values", "crow_indices", "col_indices", "ccol_indices", "row_indices")
+            and r.numel in _part_sizes(tensor)
+        ]
+        assert parts, label
+    coo_values = [r for r in rows if r.name.endswith(".values") and r.shape == (3,)]
+    assert coo_values and coo_values[0].bytes == 12
+    coo_indices = [r for r in rows if r.name.endswith(".indices") and r.shape == (2, 3)]
+    assert coo_indices and coo_indices[0].bytes == 48
+
+
+def _part_sizes(tensor):
+    if tensor.layout == torch.sparse_coo:
+        return {tensor._indices().numel(), tensor._values().numel()}
+    if tensor.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return {tensor.crow_indices().numel(), tensor.col_indices().numel()}
+    return {tensor.ccol_indices().numel(), tensor.row_indices().numel()}
+
+
+def test_nested_subclass_meta_and_fake_tensors(script):
+    out = script(
+        """
+        import warnings; warnings.simplefilter("ignore")
+        import torch, memlab_rs
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        class Tagged(torch.Tensor):
+            pass
+
+        strided = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+        jagged = torch.nested.nested_tensor([torch.ones(2, 5), torch.ones(4, 5)],
+                                            layout=torch.jagged)
+        tagged = torch.arange(8.0).as_subclass(Tagged)
+        meta = torch.empty(1000, device="meta")
+        with FakeTensorMode():
+            fake = torch.empty(1000)
+        report = memlab_rs.MemReporter().collect()
+        for r in report.rows:
+            print(r.name, r.device, r.shape, r.bytes, r.shared_with, sep="|")
+        print("meta total", report.total_bytes("meta"))
+        """
+    )
+    rows = [line.split("|") for line in out.splitlines()[:-1]]
+    by_shape = {}
+    for name, device, shape, nbytes, shared in rows:
+        by_shape.setdefault(shape, []).append((name, device, int(nbytes), shared))
+    assert [entry[1:] for entry in by_shape["nested(2)"]] == [("cpu", 72, "None")]
+    tagged = [r for r in rows if r[0].startswith("Tagged")]
+    assert tagged and tagged[0][2] == "(8,)"
+    assert sum(int(r[3]) for r in rows if r[2] == "(8,)") == 32
+    fake = [r for r in rows if r[0].startswith("FakeTensor")]
+    assert fake and fake[0][3] == "0"
+    # the jagged tensor owns nothing itself: its values (6 x 5 floats) are counted once
+    values = [r for r in rows if r[0].endswith("._values") and r[1] == "cpu"]
+    assert values and values[0][2] == "(6, 5)"
+    assert sum(int(r[3]) for r in rows if r[2] == "(6, 5)") == 120
+    assert out.splitlines()[-1] == "meta total 0"
+
+
+def test_dead_weak_proxies_are_skipped_and_nothing_warns():
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.t = torch.zeros(3)
+    proxy = weakref.proxy(holder.t)
+    keep = [proxy]
+    del holder
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # torch.distributed's deprecated names warn when their __class__ is read
+        importlib.import_module("torch.distributed")
+
+        report = MemReporter().collect()
+    assert report.rows is not None
+    del keep
+
+
+def test_report_keeps_nothing_alive():
+    tensor = torch.zeros(4096)
+    model = torch.nn.Linear(8, 8)
+    watch = [weakref.ref(tensor), weakref.ref(model.weight), weakref.ref(model)]
+    reporter = MemReporter(model)
+    report = reporter.collect()
+    reporter.report()
+    del tensor, model
+    gc.collect()
+    assert [w() for w in watch] == [None, None, None]
+    assert report.rows  # the report itself is still readable
+
+
+def test_sort_by_size_and_top():
+    big = torch.zeros(1 << 20)
+    small = torch.zeros(1 << 10)
+    report = MemReporter().collect(device="cpu", sort_by="size", top=1)
+    assert len(report.rows) == 1
+    assert report.rows[0].bytes >= 4 << 20
+    section = report.sections()[0]
+    assert section["omitted_rows"] >= 1
+    assert section["total_bytes"] == report.rows[0].bytes + section["omitted_bytes"]
+    assert "more tensors" in report.to_text()
+    del big, small
+
+
+def test_json_and_dataframe_agree_with_rows():
+    linear = torch.nn.Linear(32, 32)
+    report = MemReporter(linear).collect(device="cpu")
+    doc = json.loads(report.to_json())
+    cpu = doc["devices"][0]
+    assert cpu["device"] == "cpu"
+    weight = next(r for r in cpu["rows"] if r["name"] == "weight")
+    assert weight == {
+        "name": "weight",
+        "device": "cpu",
+        "shape": [32, 32],
+        "dtype": "torch.float32",
+        "numel": 1024,
+        "bytes": 4096,
+        "storage_bytes": 4096,
+        "shared_with": None,
+    }
+    assert cpu["total_bytes"] == sum(r["bytes"] for r in cpu["rows"])
+    frame = report.to_dataframe()
+    assert int(frame.loc[frame.name == "weight", "bytes"].iloc[0]) == 4096
+    assert int(frame["bytes"].sum()) == cpu["total_bytes"]
+
+
+class _TableParser(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells, self.stack = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.stack.pop() == tag, f"unbalanced </{tag}>"
+
+    def handle_data(self, data):
+        if self.stack and self.stack[-1] == "td":
+            self.cells.append(data)
+
+
+def test_html_is_well_formed_and_escaped():
+    model = torch.nn.Module()
+    model.register_parameter("w<script>", torch.nn.Parameter(torch.zeros(4)))
+    html = MemReporter(model)._repr_html_()
+    assert "<script>" not in html and "w&lt;script&gt;" in html
+    parser = _TableParser()
+    parser.feed(html)
+    assert parser.stack == []
+    assert "w<script>" in parser.cells and "16.00B" in parser.cells
+
+
+def test_bad_input_gets_clear_errors():
+    with pytest.raises(TypeError, match="expects a torch.nn.Module"):
+        MemReporter("model")
+    with pytest.raises(TypeError, match="expects a torch.optim.Optimizer"):
+        MemReporter().add_optimizer(object())
+    with pytest.raises(ValueError, match='sort_by="biggest" is not a known order'):
+        MemReporter().collect(sort_by="biggest")
+    with pytest.raises(ValueError, match="top must be a non-negative int"):
+        MemReporter().collect(top=-1)
+
+
+def test_import_does_not_initialise_cuda(script):
+    out = script("import memlab_rs, torch; print(torch.cuda.is_initialized())")
+    assert out.strip() == "False"
