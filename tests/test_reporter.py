@@ -358,3 +358,17 @@ def test_bad_input_gets_clear_errors():
 def test_import_does_not_initialise_cuda(script):
     out = script("import memlab_rs, torch; print(torch.cuda.is_initialized())")
     assert out.strip() == "False"
+
+
+def test_gc_walk_finds_exactly_the_tensors_gc_tracks():
+    keep = [torch.zeros(i + 1) for i in range(50)]
+    table = MemReporter().collect()._table
+    # issubclass on the type, not isinstance: no __class__ lookups on odd objects
+    expected = sum(issubclass(type(o), torch._C.TensorBase) for o in gc.get_objects())
+    assert table.walk_stats["tensors"] == expected
+    assert table.walk_strategy in (
+        "PyUnstable_GC_VisitObjects",
+        "gc generation lists",
+        "gc.get_objects()",
+    )
+    del keep

@@ -1,6 +1,7 @@
 //! MemReporter's core: gc walk -> tensor facts -> deduplicated rows -> renderers.
 
 pub mod facts;
+pub mod gc_objects;
 pub mod records;
 pub mod table;
 pub mod walk;
@@ -22,6 +23,7 @@ use table::SortBy;
 #[pyclass(module = "memlab_rs._core", frozen)]
 pub struct ReportTable {
     sections: Vec<DeviceSection>,
+    stats: walk::WalkStats,
 }
 
 /// Walk gc and build a report of every tensor Python can reach.
@@ -44,9 +46,10 @@ pub fn collect_report(
 ) -> PyResult<ReportTable> {
     let torch = py.import("torch")?;
     let mut reader = facts::FactReader::new(facts::TorchHandles::new(&torch)?);
-    let facts = walk::collect_facts(py, &mut reader, named, pre_collect)?;
+    let (facts, stats) = walk::collect_facts(py, &mut reader, named, pre_collect)?;
     Ok(ReportTable {
         sections: table::build_sections(facts),
+        stats,
     })
 }
 
@@ -99,7 +102,10 @@ impl ReportTable {
                 cuda: Some(accounting),
             }),
         }
-        Self { sections }
+        Self {
+            sections,
+            stats: self.stats,
+        }
     }
 
     /// A copy keeping the listed devices (all if None), rows ordered by `sort_by`
@@ -119,7 +125,29 @@ impl ReportTable {
             .cloned()
             .collect();
         table::sort_and_cut(&mut sections, order, top);
-        Ok(Self { sections })
+        Ok(Self {
+            sections,
+            stats: self.stats,
+        })
+    }
+
+    /// How the gc walk found the objects: the interpreter's visitor, the collector's lists
+    /// or `gc.get_objects()`.
+    #[getter]
+    fn walk_strategy(&self) -> &'static str {
+        self.stats.strategy.name()
+    }
+
+    /// Where the report's time went: `walk_seconds` finding tensors among gc objects,
+    /// `facts_seconds` reading them; `tensors` found.
+    #[getter]
+    fn walk_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("strategy", self.stats.strategy.name())?;
+        d.set_item("tensors", self.stats.tensors)?;
+        d.set_item("walk_seconds", self.stats.walk_seconds)?;
+        d.set_item("facts_seconds", self.stats.facts_seconds)?;
+        Ok(d)
     }
 
     /// The device names, in report order.

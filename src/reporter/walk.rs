@@ -6,13 +6,23 @@
 //! charged once.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 
 use super::facts::FactReader;
+use super::gc_objects::{self, Strategy};
+
+/// How a walk went: where the objects came from and where the time went.
+#[derive(Clone, Copy, Debug)]
+pub struct WalkStats {
+    pub strategy: Strategy,
+    pub tensors: usize,
+    pub walk_seconds: f64,
+    pub facts_seconds: f64,
+}
 use super::records::TensorFacts;
 
 /// Walk gc and return facts for every reachable tensor. `named` holds (tensor, name) pairs
@@ -23,10 +33,9 @@ pub fn collect_facts<'py>(
     reader: &mut FactReader<'py>,
     named: Vec<(Bound<'py, PyAny>, String)>,
     pre_collect: bool,
-) -> PyResult<Vec<TensorFacts>> {
-    let gc = py.import("gc")?;
+) -> PyResult<(Vec<TensorFacts>, WalkStats)> {
     if pre_collect {
-        gc.call_method0("collect")?;
+        py.import("gc")?.call_method0("collect")?;
     }
     let mut order: Vec<(Bound<'py, PyAny>, Option<String>)> = Vec::new();
     let mut seen: HashSet<usize> = HashSet::new();
@@ -35,16 +44,21 @@ pub fn collect_facts<'py>(
             order.push((tensor, Some(name)));
         }
     }
-    {
-        let objects = gc.call_method0("get_objects")?.cast_into::<PyList>()?;
-        let base = reader.handles().tensor_base.as_type_ptr();
-        for object in objects.iter() {
-            // An exact type check on the object's own type: no `__class__` lookup, so weak
-            // proxies (dead or alive) and lazy modules are never touched or warned about.
-            let is_tensor = unsafe { ffi::PyType_IsSubtype(ffi::Py_TYPE(object.as_ptr()), base) };
-            if is_tensor != 0 && seen.insert(object.as_ptr() as usize) {
-                order.push((object, None));
-            }
+    let base = reader.handles().tensor_base.as_type_ptr();
+    // An exact check on the object's own type: no `__class__` lookup, so weak proxies
+    // (dead or alive) and lazy modules are never touched or warned about.
+    let mut types = gc_objects::SubtypeCache::new(base);
+    // SAFETY: the walk passes the types of live objects only.
+    let mut is_tensor = |kind: *mut ffi::PyTypeObject| unsafe { types.is_subtype(kind) };
+    // Objects we hold are alive and tracked: good places to start walking from.
+    let held: Vec<*mut ffi::PyObject> = order.iter().map(|(t, _)| t.as_ptr()).collect();
+    let started = Instant::now();
+    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, &mut is_tensor)?;
+    let walk_seconds = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for tensor in tensors {
+        if seen.insert(tensor.as_ptr() as usize) {
+            order.push((tensor, None));
         }
     }
 
@@ -80,7 +94,13 @@ pub fn collect_facts<'py>(
             reader.read(tensor, name, &mut facts);
         }
     }
-    Ok(facts)
+    let stats = WalkStats {
+        strategy,
+        tensors: order.len(),
+        walk_seconds,
+        facts_seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok((facts, stats))
 }
 
 /// `tensor.grad` for leaf tensors that have one. Non-leaf tensors are skipped: reading
