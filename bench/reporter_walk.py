@@ -29,7 +29,9 @@ def build_process(target_objects: int):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 50257, (1, 65))
     logits = model(tokens[:, :-1])
-    torch.nn.functional.cross_entropy(logits.reshape(-1, 50257), tokens[:, 1:].reshape(-1)).backward()
+    torch.nn.functional.cross_entropy(
+        logits.reshape(-1, 50257), tokens[:, 1:].reshape(-1)
+    ).backward()
     optimizer.step()
     del logits
     # Dicts holding a list are tracked by gc (two objects each), like parsed JSON records.
