@@ -1,6 +1,7 @@
 //! MemReporter's core: gc walk -> tensor facts -> deduplicated rows -> renderers.
 
 pub mod facts;
+pub mod gc_lists;
 pub mod gc_objects;
 pub mod records;
 pub mod table;
@@ -147,6 +148,7 @@ impl ReportTable {
         d.set_item("tensors", self.stats.tensors)?;
         d.set_item("walk_seconds", self.stats.walk_seconds)?;
         d.set_item("facts_seconds", self.stats.facts_seconds)?;
+        d.set_item("thread_limit", gc_lists::thread_limit())?;
         Ok(d)
     }
 

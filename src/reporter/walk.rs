@@ -47,13 +47,10 @@ pub fn collect_facts<'py>(
     let base = reader.handles().tensor_base.as_type_ptr();
     // An exact check on the object's own type: no `__class__` lookup, so weak proxies
     // (dead or alive) and lazy modules are never touched or warned about.
-    let mut types = gc_objects::SubtypeCache::new(base);
-    // SAFETY: the walk passes the types of live objects only.
-    let mut is_tensor = |kind: *mut ffi::PyTypeObject| unsafe { types.is_subtype(kind) };
     // Objects we hold are alive and tracked: good places to start walking from.
     let held: Vec<*mut ffi::PyObject> = order.iter().map(|(t, _)| t.as_ptr()).collect();
     let started = Instant::now();
-    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, &mut is_tensor)?;
+    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, base)?;
     let walk_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     for tensor in tensors {
