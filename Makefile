@@ -23,7 +23,7 @@ build: $(DEPS)
 demo: build
 	$(BIN)/python -m memlab_rs.demo
 
-test: build
+test: build lint
 	cargo test --quiet
 	$(BIN)/python -m pytest tests
 

@@ -211,9 +211,13 @@ class MemReporter:
         """Print the table, as pytorch_memlab does; see ``collect()`` for the arguments.
 
         >>> import torch, memlab_rs
-        >>> memlab_rs.MemReporter(torch.nn.Linear(2, 2)).report(device="cpu", top=1)
-        ... # doctest: +ELLIPSIS
+        >>> model = torch.nn.Linear(2, 2)
+        >>> memlab_rs.MemReporter(model).report(device="cpu", top=1)
         Element type                                            Size  Used MEM
+        -------------------------------------------------------------------------------
+        Storage on cpu
+        weight                                                (2, 2)    16.00B
+        ... 1 more tensors                                                8.00B
         ...
         """
         print(self.collect(device, sort_by, top, verbose).to_text(), end="")

@@ -108,6 +108,15 @@ unsafe extern "C" fn visit(object: *mut ffi::PyObject, arg: *mut c_void) -> c_in
     1 // go on
 }
 
+#[cfg(not(unix))]
+fn visit_with_visitor(
+    _keep: &mut dyn FnMut(*mut ffi::PyTypeObject) -> bool,
+    _found: &mut Vec<*mut ffi::PyObject>,
+) -> bool {
+    false
+}
+
+#[cfg(unix)]
 fn visit_with_visitor(
     keep: &mut dyn FnMut(*mut ffi::PyTypeObject) -> bool,
     found: &mut Vec<*mut ffi::PyObject>,

@@ -93,14 +93,8 @@ impl ReportTable {
         match sections.iter_mut().find(|s| s.device == device) {
             Some(section) => section.cuda = Some(accounting),
             None => sections.push(DeviceSection {
-                device: device.to_owned(),
-                rows: Vec::new(),
-                omitted_rows: 0,
-                omitted_bytes: 0,
-                total_numel: 0,
-                total_bytes: 0,
-                total_storage_bytes: 0,
                 cuda: Some(accounting),
+                ..DeviceSection::empty(device)
             }),
         }
         Self {

@@ -80,6 +80,20 @@ pub struct Remainder {
 }
 
 impl DeviceSection {
+    /// A section with no rows yet.
+    pub fn empty(device: &str) -> Self {
+        Self {
+            device: device.to_owned(),
+            rows: Vec::new(),
+            omitted_rows: 0,
+            omitted_bytes: 0,
+            total_numel: 0,
+            total_bytes: 0,
+            total_storage_bytes: 0,
+            cuda: None,
+        }
+    }
+
     /// Split `allocated - total_bytes` into unseen tensors and rounding, when torch reports
     /// requested bytes; the two parts always add up to the whole remainder.
     pub fn remainder(&self) -> Option<Remainder> {

@@ -39,16 +39,7 @@ pub fn build_sections(facts: Vec<TensorFacts>) -> Vec<DeviceSection> {
         }
         let section = sections
             .entry(fact.device.clone())
-            .or_insert_with(|| DeviceSection {
-                device: fact.device.clone(),
-                rows: Vec::new(),
-                omitted_rows: 0,
-                omitted_bytes: 0,
-                total_numel: 0,
-                total_bytes: 0,
-                total_storage_bytes: 0,
-                cuda: None,
-            });
+            .or_insert_with(|| DeviceSection::empty(&fact.device));
         let (mut bytes, mut storage_bytes, mut shared_with) = (0, 0, None);
         if let Some(storage) = fact.storage {
             storage_bytes = if storage.has_memory {

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 use super::facts::FactReader;
 use super::gc_objects::{self, Strategy};
+use super::records::TensorFacts;
 
 /// How a walk went: where the objects came from and where the time went.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +24,6 @@ pub struct WalkStats {
     pub walk_seconds: f64,
     pub facts_seconds: f64,
 }
-use super::records::TensorFacts;
 
 /// Walk gc and return facts for every reachable tensor. `named` holds (tensor, name) pairs
 /// that take precedence over gc order and numbering. References taken here are dropped on
@@ -44,9 +44,9 @@ pub fn collect_facts<'py>(
             order.push((tensor, Some(name)));
         }
     }
+    // Tensors are found by their own type (a subtype of TensorBase), never through
+    // `__class__`: weak proxies, dead or alive, and lazy modules are never touched.
     let base = reader.handles().tensor_base.as_type_ptr();
-    // An exact check on the object's own type: no `__class__` lookup, so weak proxies
-    // (dead or alive) and lazy modules are never touched or warned about.
     // Objects we hold are alive and tracked: good places to start walking from.
     let held: Vec<*mut ffi::PyObject> = order.iter().map(|(t, _)| t.as_ptr()).collect();
     let started = Instant::now();

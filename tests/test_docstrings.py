@@ -1,0 +1,27 @@
+"""Every example in the public docstrings runs and prints what it says."""
+
+import doctest
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "module", ["memlab_rs.reporter", "memlab_rs.models", "memlab_rs._core"]
+)
+def test_docstring_examples(module):
+    mod = importlib.import_module(module)
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = finder.find(mod, mod.__name__)
+    if module == "memlab_rs._core":  # a native module: read the docstrings of its members
+        tests = [
+            t
+            for name in dir(mod)
+            for t in finder.find(getattr(mod, name), f"{module}.{name}")
+            if getattr(getattr(mod, name), "__doc__", None)
+        ]
+    assert tests, f"no examples found in {module}"
+    for test in tests:
+        runner.run(test)
+    assert runner.failures == 0
