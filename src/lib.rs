@@ -14,6 +14,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
+    m.add_function(wrap_pyfunction!(reporter::tracked_tensors, m)?)?;
     m.add_class::<reporter::ReportTable>()?;
     Ok(())
 }

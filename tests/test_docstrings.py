@@ -6,9 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize(
-    "module", ["memlab_rs.reporter", "memlab_rs.models", "memlab_rs._core"]
-)
+@pytest.mark.parametrize("module", ["memlab_rs.reporter", "memlab_rs.models", "memlab_rs._core"])
 def test_docstring_examples(module):
     mod = importlib.import_module(module)
     finder = doctest.DocTestFinder(exclude_empty=True)

@@ -369,6 +369,61 @@ def test_gc_walk_finds_exactly_the_tensors_gc_tracks():
     assert table.walk_strategy in (
         "PyUnstable_GC_VisitObjects",
         "gc generation lists",
+        "gc generation lists, since the last walk",
         "gc.get_objects()",
     )
     del keep
+
+
+def test_walks_since_the_last_one_find_what_gc_finds(script):
+    # A random history of allocations, deaths, cycles, collections of every generation and
+    # gc.freeze()/unfreeze(); after each step the walk must find exactly gc's tensors.
+    out = script(
+        """
+        import gc, random, torch
+        from memlab_rs import _core
+
+        rng = random.Random(20261122)
+        live, frozen, strategies = [], False, set()
+        for step in range(400):
+            op = rng.randrange(10)
+            if op == 0:
+                live.append([torch.zeros(rng.randrange(1, 50)) for _ in range(rng.randrange(1, 5))])
+            elif op == 1 and live:
+                live.pop(rng.randrange(len(live)))
+            elif op == 2:
+                node = {"t": torch.ones(3)}
+                node["self"] = node  # only the collector frees this
+                live.append(node)
+            elif op == 3:
+                gc.collect(rng.randrange(3))
+            elif op == 4:
+                churn = [[i] for i in range(rng.randrange(3000))]
+                live.append(torch.ones(1))
+                del churn
+            elif op == 5:
+                gc.freeze()
+                live.append([torch.zeros(2)])
+                gc.unfreeze()
+            elif op == 6:
+                live.append(torch.nn.Linear(4, 4))
+            elif op == 7 and live:
+                live[rng.randrange(len(live))] = None
+            elif op == 8:
+                (gc.unfreeze if frozen else gc.freeze)()
+                frozen = not frozen
+            elif op == 9:
+                live.append(torch.ones(4).as_subclass(torch.nn.Parameter))
+            held = [t for t in live if isinstance(t, torch.Tensor)][:3]
+            found, strategy = _core.tracked_tensors(held)
+            strategies.add(strategy)
+            ours = sorted(id(t) for t in found)
+            theirs = sorted(
+                id(o) for o in gc.get_objects() if issubclass(type(o), torch._C.TensorBase)
+            )
+            assert ours == theirs, (step, op, strategy, len(ours), len(theirs))
+            del found  # it keeps tensors alive that the next step may drop
+        print(sorted(strategies))
+        """
+    )
+    assert "gc generation lists, since the last walk" in out

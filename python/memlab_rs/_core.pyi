@@ -17,6 +17,9 @@ def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
 def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = False) -> ReportTable:
     """Walk gc and build a report of every tensor Python can reach."""
 
+def tracked_tensors(held: Sequence[Any] = ()) -> tuple[list[Any], str]:
+    """Every tensor the gc walk finds, and the walk's strategy (for tests)."""
+
 class ReportTable:
     def with_cuda(
         self,

@@ -19,7 +19,10 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use pyo3::types::{PyDict, PyList, PyWeakrefMethods, PyWeakrefReference};
 
 use super::gc_objects::SubtypeCache;
 
@@ -52,14 +55,42 @@ unsafe fn checked_next(node: usize) -> Option<usize> {
     (next != 0 && (*(next as *const GcHead)).prev & PREV_MASK == node).then_some(next)
 }
 
-/// Append every tracked object whose type is `base` or a subtype to `found`; false if the
-/// lists could not be walked safely (then `found` is left empty).
+/// How a walk went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walked {
+    /// Every list, from end to end.
+    Full,
+    /// Only what was tracked since the last walk, plus what that walk found.
+    SinceLast,
+}
+
+/// What a walk leaves for the next one: a sentinel object tracked right after it ended,
+/// and weak references to the objects it found.
+///
+/// Why this is exact: the collector only ever appends to a list's tail (tracking a new
+/// object, merging a younger generation into an older one, moving survivors and
+/// resurrected objects during a collection, `gc.unfreeze()`), and it never moves an object
+/// that something outside the heap references, which the sentinel is (only this static
+/// holds it). So every object tracked after the sentinel stays after it, in the
+/// sentinel's generation or a younger one, and every object tracked before it was seen by
+/// the walk that placed it. While objects are frozen (`gc.freeze()`), the sentinel may be
+/// in the permanent list: then the walk is a full one.
+struct Resume {
+    base: usize,
+    sentinel: Py<PyList>,
+    found: Vec<Py<PyWeakrefReference>>,
+}
+
+static RESUME: Mutex<Option<Resume>> = Mutex::new(None);
+
+/// Append every tracked object whose type is `base` or a subtype to `found`, and say how;
+/// None if the lists could not be walked safely (then `found` is left empty).
 pub fn walk(
     py: Python<'_>,
     held: &[*mut ffi::PyObject],
     base: *mut ffi::PyTypeObject,
     found: &mut Vec<*mut ffi::PyObject>,
-) -> bool {
+) -> Option<Walked> {
     // A new list is tracked at once, at the tail of generation 0: its next is that head.
     let probe = PyList::empty(py);
     let probe_node = node_of(probe.as_ptr());
@@ -74,14 +105,49 @@ pub fn walk(
         checked_next(head).is_some() && last != 0 && next_of(last) == head
     });
     if !heads_ok {
-        return false;
+        return None;
     }
+    let frozen = frozen_count(py) != 0;
+    let mut resume = RESUME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let previous = resume.take().filter(|r| !frozen && r.base == base as usize);
+    let walked = match previous
+        .as_ref()
+        .and_then(|r| walk_since(py, r, &heads, base, found))
+    {
+        Some(()) => Walked::SinceLast,
+        None => {
+            found.clear();
+            walk_all(py, held, base, &heads, probe_node, frozen, found)?;
+            Walked::Full
+        }
+    };
+    drop(probe);
+    *resume = if frozen {
+        None
+    } else {
+        remember(py, base, previous.map(|r| r.sentinel), found)
+    };
+    Some(walked)
+}
+
+/// The whole of the three lists, many chains at a time.
+fn walk_all(
+    py: Python<'_>,
+    held: &[*mut ffi::PyObject],
+    base: *mut ffi::PyTypeObject,
+    heads: &[usize],
+    probe_node: usize,
+    frozen: bool,
+    found: &mut Vec<*mut ffi::PyObject>,
+) -> Option<()> {
     // Frozen objects (gc.freeze) live in a fourth list whose head we do not stop at: then
     // walk from the three heads only.
-    let anchors = if frozen_count(py) == 0 {
-        anchor_nodes(py, held)
-    } else {
+    let anchors = if frozen {
         Vec::new()
+    } else {
+        anchor_nodes(py, held)
     };
     let mut stops = NodeSet::with_capacity(heads.len() + anchors.len());
     let mut starts: Vec<usize> = Vec::with_capacity(heads.len() + anchors.len());
@@ -90,11 +156,9 @@ pub fn walk(
             starts.push(node);
         }
     }
-    let Some((matches, saw_probe)) = walk_in_threads(&starts, &stops, probe_node, base) else {
-        return false;
-    };
+    let (matches, saw_probe) = walk_in_threads(&starts, &stops, probe_node, base)?;
     if !saw_probe {
-        return false;
+        return None;
     }
     let mut types = SubtypeCache::new(base);
     for &anchor in &anchors {
@@ -104,16 +168,104 @@ pub fn walk(
             found.push(object as *mut ffi::PyObject);
         }
     }
+    found.extend(matches.into_iter().map(|o| o as *mut ffi::PyObject));
+    Some(())
+}
+
+/// The objects tracked since the last walk (after its sentinel, in the sentinel's
+/// generation and every younger one) and those the last walk found that are still alive.
+fn walk_since(
+    py: Python<'_>,
+    last: &Resume,
+    heads: &[usize],
+    base: *mut ffi::PyTypeObject,
+    found: &mut Vec<*mut ffi::PyObject>,
+) -> Option<()> {
+    let sentinel = node_of(last.sentinel.bind(py).as_ptr());
+    // SAFETY: the sentinel is alive (we own it) and a GC object; 0 means untracked.
+    if unsafe { next_of(sentinel) } == 0 {
+        return None;
+    }
+    let mut types = SubtypeCache::new(base);
+    let mut matches: Vec<usize> = Vec::new();
+    let mut keep = |node: usize| {
+        let (object, kind) = object_and_type(node);
+        // SAFETY: `kind` is the type of a live object.
+        if unsafe { types.is_subtype(kind as *mut ffi::PyTypeObject) } {
+            matches.push(object);
+        }
+    };
+    // From the sentinel to the end of its list: the head there says which generation.
+    let mut node = sentinel;
+    let generation = loop {
+        // SAFETY: `node` is in a gc list, checked link by link.
+        let next = unsafe { checked_next(node) }?;
+        if let Some(g) = heads.iter().position(|&h| h == next) {
+            break g;
+        }
+        keep(next);
+        node = next;
+    };
+    for &head in &heads[..generation] {
+        let mut node = head;
+        loop {
+            // SAFETY: as above.
+            let next = unsafe { checked_next(node) }?;
+            if next == head {
+                break;
+            }
+            keep(next);
+            node = next;
+        }
+    }
+    // A collection may have moved an object found last time behind the sentinel: list
+    // each object once.
+    let mut listed = std::collections::HashSet::with_capacity(last.found.len());
+    for weak in &last.found {
+        if let Some(object) = weak.bind(py).upgrade() {
+            listed.insert(object.as_ptr() as usize);
+            found.push(object.as_ptr());
+        }
+    }
     found.extend(
         matches
             .into_iter()
-            .map(|object| object as *mut ffi::PyObject),
+            .filter(|o| !listed.contains(o))
+            .map(|o| o as *mut ffi::PyObject),
     );
-    true
+    Some(())
+}
+
+/// Leave a sentinel right after this walk and weak references to what it found; None if
+/// some object takes no weak reference (then the next walk is a full one).
+fn remember(
+    py: Python<'_>,
+    base: *mut ffi::PyTypeObject,
+    sentinel: Option<Py<PyList>>,
+    found: &[*mut ffi::PyObject],
+) -> Option<Resume> {
+    let mut weak = Vec::with_capacity(found.len());
+    for &object in found {
+        // SAFETY: every found object is alive: no Python code has run since the walk.
+        let object = unsafe { Bound::from_borrowed_ptr(py, object) };
+        weak.push(PyWeakrefReference::new(&object).ok()?.unbind());
+    }
+    let sentinel = sentinel.unwrap_or_else(|| PyList::empty(py).unbind());
+    // Move the sentinel to the tail of generation 0, after everything seen so far.
+    // SAFETY: a live list; untracking first, as tracking a tracked object is fatal.
+    unsafe {
+        ffi::PyObject_GC_UnTrack(sentinel.as_ptr() as *mut c_void);
+        ffi::PyObject_GC_Track(sentinel.as_ptr() as *mut c_void);
+    }
+    Some(Resume {
+        base: base as usize,
+        sentinel,
+        found: weak,
+    })
 }
 
 /// Addresses of the matching objects met on a walk, and whether the probe was met.
-type Walked = (Vec<usize>, bool);
+type Chains = (Vec<usize>, bool);
 
 /// Below this many chains a single thread is faster than starting others.
 const CHAINS_PER_THREAD: usize = 256;
@@ -137,7 +289,7 @@ fn walk_in_threads(
     stops: &NodeSet,
     probe_node: usize,
     base: *mut ffi::PyTypeObject,
-) -> Option<Walked> {
+) -> Option<Chains> {
     // Addresses cross threads as integers; nothing is ever written through them.
     let base = base as usize;
     let threads = (starts.len() / CHAINS_PER_THREAD).clamp(1, thread_limit());
@@ -151,7 +303,7 @@ fn walk_in_threads(
     for &start in starts {
         groups[mix(start) % threads].push(start);
     }
-    let results: Vec<Option<Walked>> = std::thread::scope(|scope| {
+    let results: Vec<Option<Chains>> = std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
             .map(|group| scope.spawn(move || walk_chains(group, stops, probe_node, base)))
@@ -181,7 +333,7 @@ fn walk_chains(
     stops: &NodeSet,
     probe_node: usize,
     base: usize,
-) -> Option<Walked> {
+) -> Option<Chains> {
     let mut types = SubtypeCache::new(base as *mut ffi::PyTypeObject);
     let mut matches: Vec<usize> = Vec::new();
     let mut saw_probe = false;

@@ -25,6 +25,7 @@ use super::gc_lists;
 pub enum Strategy {
     Visitor,
     GenerationLists,
+    SinceLastWalk,
     GetObjects,
 }
 
@@ -33,6 +34,7 @@ impl Strategy {
         match self {
             Strategy::Visitor => "PyUnstable_GC_VisitObjects",
             Strategy::GenerationLists => "gc generation lists",
+            Strategy::SinceLastWalk => "gc generation lists, since the last walk",
             Strategy::GetObjects => "gc.get_objects()",
         }
     }
@@ -53,12 +55,14 @@ pub fn tracked_objects<'py>(
     let mut types = SubtypeCache::new(base);
     // SAFETY: only ever asked about the types of live objects.
     let mut keep = |kind: *mut ffi::PyTypeObject| unsafe { types.is_subtype(kind) };
-    let strategy = if !free_threaded
-        && (9..=13).contains(&minor)
-        && cfg!(target_pointer_width = "64")
-        && gc_lists::walk(py, held, base, &mut found)
-    {
-        Strategy::GenerationLists
+    let lists = (!free_threaded && (9..=13).contains(&minor) && cfg!(target_pointer_width = "64"))
+        .then(|| gc_lists::walk(py, held, base, &mut found))
+        .flatten();
+    let strategy = if let Some(walked) = lists {
+        match walked {
+            gc_lists::Walked::Full => Strategy::GenerationLists,
+            gc_lists::Walked::SinceLast => Strategy::SinceLastWalk,
+        }
     } else if !free_threaded && minor >= 14 && visit_with_visitor(&mut keep, &mut found) {
         Strategy::Visitor
     } else {

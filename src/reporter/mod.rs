@@ -54,6 +54,22 @@ pub fn collect_report(
     })
 }
 
+/// Every tensor the gc walk finds, and how it found them: the walk `collect_report` uses,
+/// exposed so that tests can compare it with `gc.get_objects()`. `held` are objects the
+/// caller keeps alive (start points for the walk).
+#[pyfunction]
+#[pyo3(signature = (held=Vec::new()))]
+pub fn tracked_tensors<'py>(
+    py: Python<'py>,
+    held: Vec<Bound<'py, PyAny>>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, &'static str)> {
+    let torch = py.import("torch")?;
+    let base = facts::TorchHandles::new(&torch)?.tensor_base;
+    let held: Vec<*mut pyo3::ffi::PyObject> = held.iter().map(|o| o.as_ptr()).collect();
+    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, base.as_type_ptr())?;
+    Ok((tensors, strategy.name()))
+}
+
 fn parse_sort(sort_by: Option<&str>) -> PyResult<SortBy> {
     match sort_by {
         None | Some("found") => Ok(SortBy::Found),
