@@ -380,8 +380,19 @@ def test_walks_since_the_last_one_find_what_gc_finds(script):
     # gc.freeze()/unfreeze(); after each step the walk must find exactly gc's tensors.
     out = script(
         """
-        import gc, random, torch
+        import gc, random, sys, torch
         from memlab_rs import _core
+
+        def tensors_in(value):
+            if isinstance(value, torch.Tensor):
+                yield value
+            elif isinstance(value, list):
+                for item in value:
+                    yield from tensors_in(item)
+            elif isinstance(value, dict):
+                yield from tensors_in(value["t"])
+            elif isinstance(value, torch.nn.Module):
+                yield from value.parameters()
 
         rng = random.Random(20261122)
         live, frozen, strategies = [], False, set()
@@ -421,7 +432,12 @@ def test_walks_since_the_last_one_find_what_gc_finds(script):
             theirs = sorted(
                 id(o) for o in gc.get_objects() if issubclass(type(o), torch._C.TensorBase)
             )
-            assert ours == theirs, (step, op, strategy, len(ours), len(theirs))
+            if frozen and sys.version_info < (3, 13):
+                # gc.get_objects() leaves frozen objects out; the walk reads them too.
+                reachable = {id(t) for t in tensors_in(live)}
+                assert set(theirs) <= set(ours) and reachable <= set(ours), (step, op)
+            else:
+                assert ours == theirs, (step, op, strategy, len(ours), len(theirs))
             del found  # it keeps tensors alive that the next step may drop
         print(sorted(strategies))
         """

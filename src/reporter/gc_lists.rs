@@ -49,6 +49,15 @@ unsafe fn next_of(node: usize) -> usize {
     (*(node as *const GcHead)).next
 }
 
+/// Whether a list head's links are sound: its first node points back to it, its last
+/// node points on to it.
+///
+/// SAFETY: `head` must be readable memory holding two words.
+unsafe fn head_links_ok(head: usize) -> bool {
+    let last = (*(head as *const GcHead)).prev & PREV_MASK;
+    checked_next(head).is_some() && last != 0 && next_of(last) == head
+}
+
 /// SAFETY: as `next_of`; also checks the list's invariant `next.prev == node`.
 unsafe fn checked_next(node: usize) -> Option<usize> {
     let next = next_of(node);
@@ -73,8 +82,8 @@ pub enum Walked {
 /// that something outside the heap references, which the sentinel is (only this static
 /// holds it). So every object tracked after the sentinel stays after it, in the
 /// sentinel's generation or a younger one, and every object tracked before it was seen by
-/// the walk that placed it. While objects are frozen (`gc.freeze()`), the sentinel may be
-/// in the permanent list: then the walk is a full one.
+/// the walk that placed it. `gc.freeze()` moves every list, the sentinel included, into
+/// the permanent list; a walk that finds the sentinel there is a full one.
 struct Resume {
     base: usize,
     sentinel: Py<PyList>,
@@ -87,6 +96,7 @@ static RESUME: Mutex<Option<Resume>> = Mutex::new(None);
 /// None if the lists could not be walked safely (then `found` is left empty).
 pub fn walk(
     py: Python<'_>,
+    minor: u32,
     held: &[*mut ffi::PyObject],
     base: *mut ffi::PyTypeObject,
     found: &mut Vec<*mut ffi::PyObject>,
@@ -99,32 +109,39 @@ pub fn walk(
     let heads: Vec<usize> = (0..GENERATIONS)
         .map(|g| head0 + g * GENERATION_STRIDE)
         .collect();
-    // SAFETY: each head lies in the collector's state; check both of its links.
-    let heads_ok = heads.iter().all(|&head| unsafe {
-        let last = (*(head as *const GcHead)).prev & PREV_MASK;
-        checked_next(head).is_some() && last != 0 && next_of(last) == head
-    });
+    // SAFETY: each head lies in the collector's state.
+    let heads_ok = heads.iter().all(|&head| unsafe { head_links_ok(head) });
     if !heads_ok {
         return None;
     }
-    let frozen = frozen_count(py) != 0;
+    // Frozen objects (gc.freeze) sit in a fourth list, the permanent generation. Its head
+    // follows the three generations and the `generation0` pointer on CPython 3.9-3.12;
+    // elsewhere we do not know where it is, and leave frozen objects out, as
+    // gc.get_objects() does.
+    let permanent = (minor <= 12)
+        .then_some(head0 + GENERATIONS * GENERATION_STRIDE + std::mem::size_of::<usize>())
+        .filter(|&head| unsafe { head_links_ok(head) });
+    let lists: Vec<usize> = heads.iter().copied().chain(permanent).collect();
+    // With frozen objects and no known permanent head, anchors might lie in a list whose
+    // head we would not stop at.
+    let blind = permanent.is_none() && frozen_count(py) != 0;
     let mut resume = RESUME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let previous = resume.take().filter(|r| !frozen && r.base == base as usize);
+    let previous = resume.take().filter(|r| !blind && r.base == base as usize);
     let walked = match previous
         .as_ref()
-        .and_then(|r| walk_since(py, r, &heads, base, found))
+        .and_then(|r| walk_since(py, r, &heads, permanent, base, found))
     {
         Some(()) => Walked::SinceLast,
         None => {
             found.clear();
-            walk_all(py, held, base, &heads, probe_node, frozen, found)?;
+            walk_all(py, held, base, &lists, probe_node, blind, found)?;
             Walked::Full
         }
     };
     drop(probe);
-    *resume = if frozen {
+    *resume = if blind {
         None
     } else {
         remember(py, base, previous.map(|r| r.sentinel), found)
@@ -139,12 +156,10 @@ fn walk_all(
     base: *mut ffi::PyTypeObject,
     heads: &[usize],
     probe_node: usize,
-    frozen: bool,
+    blind: bool,
     found: &mut Vec<*mut ffi::PyObject>,
 ) -> Option<()> {
-    // Frozen objects (gc.freeze) live in a fourth list whose head we do not stop at: then
-    // walk from the three heads only.
-    let anchors = if frozen {
+    let anchors = if blind {
         Vec::new()
     } else {
         anchor_nodes(py, held)
@@ -178,6 +193,7 @@ fn walk_since(
     py: Python<'_>,
     last: &Resume,
     heads: &[usize],
+    permanent: Option<usize>,
     base: *mut ffi::PyTypeObject,
     found: &mut Vec<*mut ffi::PyObject>,
 ) -> Option<()> {
@@ -202,6 +218,9 @@ fn walk_since(
         let next = unsafe { checked_next(node) }?;
         if let Some(g) = heads.iter().position(|&h| h == next) {
             break g;
+        }
+        if Some(next) == permanent {
+            return None; // frozen since: walk everything
         }
         keep(next);
         node = next;

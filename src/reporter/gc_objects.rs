@@ -4,7 +4,7 @@
 //! for the 330,000 objects of a process that imported torch, which alone is more than our
 //! whole budget for a report. Instead:
 //! - CPython 3.9-3.13: the collector's generation lists, read in place, by several threads
-//!   at once (see `gc_lists`).
+//!   at once, and from the second walk on only what changed (see `gc_lists`).
 //! - CPython 3.14+: `PyUnstable_GC_VisitObjects`, the interpreter's own visitor (not in
 //!   the limited API, so it is looked up at run time; abi3 wheels still work everywhere).
 //! - Anything else (free-threaded builds, PyPy), or if either fails its checks:
@@ -56,7 +56,7 @@ pub fn tracked_objects<'py>(
     // SAFETY: only ever asked about the types of live objects.
     let mut keep = |kind: *mut ffi::PyTypeObject| unsafe { types.is_subtype(kind) };
     let lists = (!free_threaded && (9..=13).contains(&minor) && cfg!(target_pointer_width = "64"))
-        .then(|| gc_lists::walk(py, held, base, &mut found))
+        .then(|| gc_lists::walk(py, minor, held, base, &mut found))
         .flatten();
     let strategy = if let Some(walked) = lists {
         match walked {
