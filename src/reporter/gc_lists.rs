@@ -14,6 +14,9 @@
 //! start point or a list head begins, so the chains cover each list exactly once. Chains
 //! are stepped in turn, keeping many loads in flight, and split between threads.
 //!
+//! The first walk in a process reads everything; later ones read only what was tracked
+//! since, plus what the last walk found (see `Resume` for why that is exact).
+//!
 //! Reading from other threads is safe: the calling thread holds the GIL and runs no
 //! Python code until the walk ends, so no object is created, freed or relinked meanwhile.
 
@@ -149,12 +152,12 @@ pub fn walk(
     Some(walked)
 }
 
-/// The whole of the three lists, many chains at a time.
+/// Every list whose head is in `lists`, from end to end, many chains at a time.
 fn walk_all(
     py: Python<'_>,
     held: &[*mut ffi::PyObject],
     base: *mut ffi::PyTypeObject,
-    heads: &[usize],
+    lists: &[usize],
     probe_node: usize,
     blind: bool,
     found: &mut Vec<*mut ffi::PyObject>,
@@ -164,9 +167,9 @@ fn walk_all(
     } else {
         anchor_nodes(py, held)
     };
-    let mut stops = NodeSet::with_capacity(heads.len() + anchors.len());
-    let mut starts: Vec<usize> = Vec::with_capacity(heads.len() + anchors.len());
-    for &node in heads.iter().chain(anchors.iter()) {
+    let mut stops = NodeSet::with_capacity(lists.len() + anchors.len());
+    let mut starts: Vec<usize> = Vec::with_capacity(lists.len() + anchors.len());
+    for &node in lists.iter().chain(anchors.iter()) {
         if stops.insert(node) {
             starts.push(node);
         }
