@@ -215,30 +215,14 @@ fn walk_since(
         }
     };
     // From the sentinel to the end of its list: the head there says which generation.
-    let mut node = sentinel;
-    let generation = loop {
-        // SAFETY: `node` is in a gc list, checked link by link.
-        let next = unsafe { checked_next(node) }?;
-        if let Some(g) = heads.iter().position(|&h| h == next) {
-            break g;
-        }
-        if Some(next) == permanent {
-            return None; // frozen since: walk everything
-        }
-        keep(next);
-        node = next;
-    };
+    let stop = follow(
+        sentinel,
+        |n| heads.contains(&n) || Some(n) == permanent,
+        &mut keep,
+    )?;
+    let generation = heads.iter().position(|&h| h == stop)?; // None: frozen since
     for &head in &heads[..generation] {
-        let mut node = head;
-        loop {
-            // SAFETY: as above.
-            let next = unsafe { checked_next(node) }?;
-            if next == head {
-                break;
-            }
-            keep(next);
-            node = next;
-        }
+        follow(head, |n| n == head, &mut keep)?;
     }
     // A collection may have moved an object found last time behind the sentinel: list
     // each object once.
@@ -256,6 +240,24 @@ fn walk_since(
             .map(|o| o as *mut ffi::PyObject),
     );
     Some(())
+}
+
+/// Follow the links from `node`, handing every node to `visit`, up to the first node for
+/// which `is_stop` holds, which is returned; None if a link is broken.
+fn follow(
+    mut node: usize,
+    is_stop: impl Fn(usize) -> bool,
+    visit: &mut impl FnMut(usize),
+) -> Option<usize> {
+    loop {
+        // SAFETY: `node` is in a gc list, checked link by link.
+        let next = unsafe { checked_next(node) }?;
+        if is_stop(next) {
+            return Some(next);
+        }
+        visit(next);
+        node = next;
+    }
 }
 
 /// Leave a sentinel right after this walk and weak references to what it found; None if

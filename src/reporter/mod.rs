@@ -142,8 +142,8 @@ impl ReportTable {
         })
     }
 
-    /// How the gc walk found the objects: the interpreter's visitor, the collector's lists
-    /// or `gc.get_objects()`.
+    /// How the gc walk found the objects: the collector's lists (whole, or since the last
+    /// walk), the interpreter's visitor, or `gc.get_objects()`.
     #[getter]
     fn walk_strategy(&self) -> &'static str {
         self.stats.strategy.name()
