@@ -1,6 +1,7 @@
 //! memlab_rs._core: the Rust core of memlab_rs. This file only registers what the
 //! capability modules define.
 
+pub mod line_profiler;
 pub mod render;
 pub mod reporter;
 pub mod size;
@@ -16,5 +17,20 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::tracked_tensors, m)?)?;
     m.add_class::<reporter::ReportTable>()?;
+    m.add_class::<line_profiler::LineCollector>()?;
+    m.add_class::<render::line::LineReportView>()?;
+    m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
+    m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
+    m.add_function(wrap_pyfunction!(line_profiler::_cpu_live, m)?)?;
+    m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
+    use line_profiler::hooks;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_start, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_resume, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_line, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_leave, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_unwind, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_throw, m)?)?;
+    m.add_function(wrap_pyfunction!(hooks::_trace_new_thread, m)?)?;
     Ok(())
 }

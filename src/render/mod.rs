@@ -2,4 +2,7 @@
 
 pub mod html;
 pub mod json;
+pub mod line;
+pub mod line_html;
+pub mod line_text;
 pub mod memlab_text;

@@ -1,0 +1,123 @@
+//! Analysis: a collector's rows turned into a line report, one block per function with
+//! its source, for the columns the user asked for.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::engine::Collector;
+
+/// One source line of a profiled function and, if it ran, its values.
+#[derive(Clone, Debug)]
+pub struct LineEntry {
+    pub line: u32,
+    pub code: String,
+    /// None for a line that never ran; otherwise one value per report column.
+    pub values: Option<Vec<i64>>,
+    pub hits: u64,
+}
+
+/// One profiled function's lines.
+#[derive(Clone, Debug)]
+pub struct FunctionBlock {
+    pub qualname: String,
+    pub lines: Vec<LineEntry>,
+}
+
+/// The source text of a function: its first line number and its lines (with newlines, as
+/// `inspect.getsourcelines` gives them). None when the source is not available.
+pub type Source = Option<(u32, Vec<String>)>;
+
+/// The selected columns of the selected functions that ran.
+#[derive(Clone, Debug)]
+pub struct LineReport {
+    pub columns: Vec<String>,
+    pub blocks: Vec<FunctionBlock>,
+}
+
+/// Check `columns` against the statistics the collector's source has.
+pub fn column_indexes(names: &[String], columns: &[String], device: &str) -> PyResult<Vec<usize>> {
+    columns
+        .iter()
+        .map(|column| {
+            names.iter().position(|name| name == column).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown column {column:?}: the columns are the keys of \
+                     torch.cuda.memory_stats() that the {device} source has: {}",
+                    names.join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Build the report for the functions at `selected` (code indexes, in registration order).
+pub fn build(
+    collector: &Collector,
+    columns: &[String],
+    selected: &[u32],
+    sources: &[Source],
+) -> PyResult<LineReport> {
+    let ran: Vec<u32> = selected
+        .iter()
+        .copied()
+        .filter(|&i| !collector.codes[i as usize].rows.is_empty())
+        .collect();
+    if ran.is_empty() {
+        return Ok(LineReport {
+            columns: columns.to_vec(),
+            blocks: Vec::new(),
+        });
+    }
+    let device = collector.device.name();
+    let indexes = column_indexes(&collector.names, columns, &device)?;
+    let mut blocks = Vec::new();
+    for (i, source) in selected.iter().zip(sources) {
+        let code = &collector.codes[*i as usize];
+        if code.rows.is_empty() {
+            continue;
+        }
+        let pick = |line: u32| {
+            code.rows.get(&line).map(|row| {
+                let values = indexes
+                    .iter()
+                    .map(|&k| row.values.get(k).copied().unwrap_or(0))
+                    .collect();
+                (values, row.hits)
+            })
+        };
+        let mut lines: Vec<LineEntry> = Vec::new();
+        if let Some((start, text)) = source {
+            for (offset, code_line) in text.iter().enumerate() {
+                let line = start + offset as u32;
+                let found = pick(line);
+                lines.push(LineEntry {
+                    line,
+                    code: code_line.clone(),
+                    hits: found.as_ref().map_or(0, |f| f.1),
+                    values: found.map(|f| f.0),
+                });
+            }
+        }
+        // Lines the source does not cover (no source, or it changed on disk).
+        for &line in code.rows.keys() {
+            if !lines.iter().any(|entry| entry.line == line) {
+                let (values, hits) = pick(line).unwrap_or_default();
+                lines.push(LineEntry {
+                    line,
+                    code: String::new(),
+                    values: Some(values),
+                    hits,
+                });
+            }
+        }
+        lines.sort_by_key(|entry| entry.line);
+        blocks.push(FunctionBlock {
+            qualname: code.qualname.clone(),
+            lines,
+        });
+    }
+    Ok(LineReport {
+        columns: columns.to_vec(),
+        blocks,
+    })
+}

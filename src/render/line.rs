@@ -1,0 +1,56 @@
+//! The Python view of a line report: text, HTML and plain records from one analysis.
+
+use pyo3::prelude::*;
+
+use super::{line_html, line_text};
+use crate::line_profiler::report::LineReport;
+
+/// One source line as Python sees it: (qualname, line, hits, code, values or None).
+type LineRecord = (String, u32, u64, String, Option<Vec<i64>>);
+
+/// A built line report (see `LineProfiler.display`).
+#[pyclass(module = "memlab_rs._core", frozen)]
+pub struct LineReportView {
+    report: LineReport,
+}
+
+impl From<LineReport> for LineReportView {
+    fn from(report: LineReport) -> Self {
+        Self { report }
+    }
+}
+
+#[pymethods]
+impl LineReportView {
+    /// pytorch_memlab's text layout.
+    fn text(&self) -> String {
+        line_text::render(&self.report)
+    }
+
+    /// A self-contained HTML rendering for notebooks.
+    fn html(&self) -> String {
+        line_html::render(&self.report)
+    }
+
+    #[getter]
+    fn columns(&self) -> Vec<String> {
+        self.report.columns.clone()
+    }
+
+    /// One record per source line: (qualname, line, hits, code, values or None).
+    fn records(&self) -> Vec<LineRecord> {
+        let mut out = Vec::new();
+        for block in &self.report.blocks {
+            for entry in &block.lines {
+                out.push((
+                    block.qualname.clone(),
+                    entry.line,
+                    entry.hits,
+                    entry.code.trim_end_matches(['\n', '\r']).to_string(),
+                    entry.values.clone(),
+                ));
+            }
+        }
+        out
+    }
+}
