@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -20,15 +22,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_script(source: str, timeout: float = 120) -> str:
-    """Run ``source`` in a fresh interpreter and return its stdout; fail on a non-zero exit."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr
+def run_script(source: str, timeout: float = 120, check: bool = True) -> str:
+    """Run ``source`` as a script file in a fresh interpreter and return its stdout.
+
+    A file rather than ``-c``, so that profiled functions have source lines to show.
+    Fails on a non-zero exit unless ``check`` is False.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "script.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(source))
+        proc = subprocess.run(
+            [sys.executable, path], capture_output=True, text=True, timeout=timeout
+        )
+    if check:
+        assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 

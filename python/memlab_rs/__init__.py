@@ -4,7 +4,28 @@
 """
 
 from ._core import readable_size
+from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
+from .profile import (
+    clear_global_line_profiler,
+    global_line_profiler,
+    profile,
+    profile_every,
+    set_target_gpu,
+)
 from .reporter import MemoryReport, MemReporter, TensorRow
 
-__all__ = ["MemReporter", "MemoryReport", "TensorRow", "readable_size"]
+__all__ = [
+    "DEFAULT_COLUMNS",
+    "LineProfiler",
+    "LineRecordsDisplay",
+    "MemReporter",
+    "MemoryReport",
+    "TensorRow",
+    "clear_global_line_profiler",
+    "global_line_profiler",
+    "profile",
+    "profile_every",
+    "readable_size",
+    "set_target_gpu",
+]
 __version__ = "0.1.0"

@@ -102,3 +102,21 @@ def _state_tensors(value: object, name: str) -> Iterator[tuple[torch.Tensor, str
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             yield from _state_tensors(item, f"{name}.{i}")
+
+
+def line_profiler_device(device: torch.device | str | int | None, target_gpu: int) -> str:
+    """The line profiler's memory source: ``"cuda:N"`` or ``"cpu"``.
+
+    None means CUDA (``target_gpu``) when it is available, else the CPU. Asking whether
+    CUDA is available does not initialise it.
+    """
+    if device is None:
+        return f"cuda:{target_gpu}" if torch.cuda.is_available() else "cpu"
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise ValueError(f"the line profiler reads CPU or CUDA memory, not {dev.type!r}")
+    return f"cuda:{target_gpu if dev.index is None else dev.index}"
