@@ -351,9 +351,11 @@ def test_profile_every_prints_every_nth_call(script):
         """
         import torch, memlab_rs
 
+        DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
         @memlab_rs.profile_every(2, columns=("allocated_bytes.all.allocated",))
         def step():
-            x = torch.empty(256, 1024)
+            x = torch.empty(256, 1024, device=DEV)
             return x
 
         for _ in range(5):
@@ -370,21 +372,23 @@ def test_profile_prints_at_exit(script):
         import torch
         from memlab_rs import profile
 
+        DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
         @profile
         def step():
-            x = torch.empty(256, 1024)
+            x = torch.empty(256, 1024, device=DEV)
             return x
 
         @profile(columns=("allocated_bytes.all.allocated",))
         def other():
-            y = torch.empty(512, 1024)
+            y = torch.empty(512, 1024, device=DEV)
             return y
 
         step(); other()
         """
     )
     assert out.index("## step") < out.index("## other")
-    assert "x = torch.empty(256, 1024)" in out
+    assert "x = torch.empty(256, 1024, device=DEV)" in out
     assert "2.00M" in out.split("## other")[1]
 
 

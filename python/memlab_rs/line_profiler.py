@@ -128,6 +128,17 @@ class LineProfiler:
         return self._collector.enabled
 
     @property
+    def stats_reader(self) -> str | None:
+        """How statistics are read while enabled (None when disabled).
+
+        ``"allocator memory"``: CUDA statistics read from the caching allocator's own
+        fields, located once and checked against torch whenever a segment comes or goes;
+        ``"torch._C._cuda_memoryStats"``: the binding, on every line (set
+        ``MEMLAB_RS_CUDA_STATS=binding`` to force it); ``"storage counts"``: CPU.
+        """
+        return self._collector.stats_reader
+
+    @property
     def target_gpu(self) -> int:
         return self._target_gpu
 

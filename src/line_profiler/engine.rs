@@ -246,6 +246,13 @@ impl Engine {
         Ok(())
     }
 
+    /// How the source of a collector reads its statistics, while it is enabled.
+    pub fn reader(&self, id: usize) -> Option<&'static str> {
+        let device = self.collector(id).ok()?.device;
+        let source = self.sources.iter().find(|s| s.device == device)?;
+        Some(source.reader())
+    }
+
     /// Whether any enabled collector watches this code object (cheap pre-check for hooks).
     pub fn watches(&self, address: usize) -> bool {
         self.watched.contains_key(&address)
@@ -277,12 +284,27 @@ impl Engine {
         event: Event,
         thread: u64,
     ) -> PyResult<Option<Vec<Action>>> {
-        let Some(targets) = self.watched.get(&address).cloned() else {
+        // Taken out and put back rather than cloned: no allocation per event.
+        let Some(targets) = self.watched.get_mut(&address).map(std::mem::take) else {
             return Ok(None);
         };
+        let handled = self.handle(py, &targets, event, thread);
+        if let Some(slot) = self.watched.get_mut(&address) {
+            *slot = targets;
+        }
+        handled.map(Some)
+    }
+
+    fn handle(
+        &mut self,
+        py: Python<'_>,
+        targets: &[(usize, u32)],
+        event: Event,
+        thread: u64,
+    ) -> PyResult<Vec<Action>> {
         self.sample_all(py)?;
         let mut actions = Vec::new();
-        for (id, code) in targets {
+        for &(id, code) in targets {
             let Some(Some(collector)) = self.collectors.get(id) else {
                 continue;
             };
@@ -303,7 +325,7 @@ impl Engine {
                 }
             }
         }
-        Ok(Some(actions))
+        Ok(actions)
     }
 
     fn apply(&mut self, id: usize, source: usize, code: u32, event: Event, thread: u64) -> Depth {

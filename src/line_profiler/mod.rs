@@ -2,6 +2,7 @@
 //! (`frames`, `engine`) with samples from a memory source (`source`, `layout`); `report`
 //! turns the rows into a report that `render::line_text` and `render::line_html` print.
 
+pub mod cuda_direct;
 pub mod engine;
 pub mod frames;
 pub mod hooks;
@@ -105,6 +106,13 @@ impl LineCollector {
     #[getter]
     fn device(&self) -> PyResult<String> {
         with_engine(|engine| Ok(engine.collector(self.id)?.device.name()))
+    }
+
+    /// How statistics are read while enabled: "allocator memory" (CUDA, located once),
+    /// "torch._C._cuda_memoryStats" (CUDA, the binding) or "storage counts" (CPU).
+    #[getter]
+    fn stats_reader(&self) -> Option<&'static str> {
+        with_engine(|engine| engine.reader(self.id))
     }
 
     #[getter]
@@ -213,4 +221,23 @@ pub fn _hook_errors() -> Vec<String> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone()
+}
+
+/// Why CUDA statistics of `device` are read through the binding rather than from the
+/// allocator's memory (None when they are not, or nobody looked yet).
+#[pyfunction]
+pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
+    cuda_direct::why_not(device)
+}
+
+/// Read a nested stats dict `repeats` times (benchmarks the hot-path reader).
+#[pyfunction]
+pub fn _read_stats_bench(stats: &Bound<'_, PyDict>, repeats: usize) -> usize {
+    let n = layout::flatten_names(stats).map(|n| n.len()).unwrap_or(0);
+    let mut out = vec![0; n];
+    let mut total = 0;
+    for _ in 0..repeats {
+        total += layout::read_values(stats, &mut out);
+    }
+    total
 }

@@ -69,7 +69,12 @@ pub fn build(
         });
     }
     let device = collector.device.name();
-    let indexes = column_indexes(&collector.names, columns, &device)?;
+    // No names yet: the CUDA source never saw CUDA initialised, so every value read zero.
+    let indexes = if collector.names.is_empty() {
+        vec![usize::MAX; columns.len()]
+    } else {
+        column_indexes(&collector.names, columns, &device)?
+    };
     let mut blocks = Vec::new();
     for (i, source) in selected.iter().zip(sources) {
         let code = &collector.codes[*i as usize];

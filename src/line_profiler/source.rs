@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use std::sync::Arc;
+
+use super::cuda_direct::{self, DirectStats};
 use super::layout::{flatten_names, read_values, Layout, StatKind};
 
 /// Which memory a source reads.
@@ -43,12 +46,24 @@ pub struct Source {
 
 /// The torch bindings a CUDA sample calls: about 10 us and 2 us on an H100, against 75 us
 /// for `torch.cuda.memory_stats()`, which flattens and sorts the same dict in Python.
+/// Once found, the statistics are read from the allocator's memory (see `cuda_direct`).
 struct CudaCalls {
     stats: Py<PyAny>,
     reset_peaks: Py<PyAny>,
+    device_count: Py<PyAny>,
     torch_cuda: Py<PyAny>,
     initialized: bool,
+    direct: Option<Arc<DirectStats>>,
+    /// Binding samples until the next look for the allocator's fields.
+    until_search: u32,
+    /// Layout indexes of segment.all.allocated and .freed: when they move, the scalars the
+    /// direct reader does not cover may have changed, so the binding is read again.
+    segments: Option<(usize, usize)>,
 }
+
+/// How a CUDA source reads its statistics (for benchmarks and tests).
+pub const READER_DIRECT: &str = "allocator memory";
+pub const READER_BINDING: &str = "torch._C._cuda_memoryStats";
 
 impl Source {
     pub fn new(py: Python<'_>, device: Device) -> PyResult<Self> {
@@ -59,8 +74,12 @@ impl Source {
                 let calls = CudaCalls {
                     stats: c.getattr("_cuda_memoryStats")?.unbind(),
                     reset_peaks: c.getattr("_cuda_resetPeakMemoryStats")?.unbind(),
+                    device_count: c.getattr("_cuda_getDeviceCount")?.unbind(),
                     torch_cuda: py.import("torch.cuda")?.into_any().unbind(),
                     initialized: false,
+                    direct: None,
+                    until_search: 0,
+                    segments: None,
                 };
                 // Until CUDA is initialised the allocator holds nothing and the names are
                 // unknown: the layout is learned from the first real sample, and every
@@ -129,6 +148,15 @@ impl Source {
         Ok(())
     }
 
+    /// How this source reads its statistics.
+    pub fn reader(&self) -> &'static str {
+        match &self.cuda {
+            Some(calls) if calls.direct.is_some() => READER_DIRECT,
+            Some(_) => READER_BINDING,
+            None => "storage counts",
+        }
+    }
+
     fn read_cuda(&mut self, py: Python<'_>, index: i64) -> PyResult<()> {
         let Some(calls) = self.cuda.as_mut() else {
             return Ok(());
@@ -144,33 +172,81 @@ impl Source {
             }
             calls.initialized = true;
         }
-        let stats = calls.stats.call1(py, (index,))?;
-        let stats = stats.bind(py).cast::<PyDict>()?;
-        if self.layout.is_empty() {
-            self.learn_layout(Layout::new(flatten_names(stats)?));
-        }
-        let read = read_values(stats, &mut self.current);
-        if read != self.layout.len() {
-            // A different shape than the first sample: read it by name (never seen with
-            // any torch release, but numbers must not shift silently if it happens).
-            let names = flatten_names(stats)?;
-            let mut values = vec![0; names.len()];
-            read_values(stats, &mut values);
-            for (name, value) in names.iter().zip(values) {
-                if let Some(i) = self.layout.index(name) {
-                    self.current[i] = value;
-                }
+        if let Some(direct) = &calls.direct {
+            direct.read(&mut self.current);
+            let moved = calls.segments.is_none_or(|(allocated, freed)| {
+                self.current[allocated] != self.previous[allocated]
+                    || self.current[freed] != self.previous[freed]
+            });
+            if !moved {
+                return Ok(());
             }
+            // A segment came or went: refresh the scalars from torch, and check that
+            // memory still says what torch says (when nothing changed meanwhile).
+            let before = self.current.clone();
+            let fresh = Self::read_binding(py, calls, index, &mut self.layout)?;
+            let mut after = before.clone();
+            direct.read(&mut after);
+            if after == before && !direct.agrees_with(&fresh) {
+                calls.direct = None;
+                cuda_direct::reject(index as usize, "memory disagreed with torch".into());
+            }
+            self.current = fresh;
+            return Ok(());
+        }
+        let values = Self::read_binding(py, calls, index, &mut self.layout)?;
+        if self.current.len() != values.len() {
+            let n = values.len();
+            self.growth = vec![0; n];
+            self.previous = vec![0; n];
+        }
+        self.current = values;
+        if calls.until_search == 0 {
+            // Cheap when nothing is allocated yet; real scans are capped per process.
+            calls.until_search = 32;
+            let count = calls.device_count.call0(py)?.extract::<usize>(py)?;
+            let device = usize::try_from(index).unwrap_or(usize::MAX);
+            if device < count {
+                calls.direct = cuda_direct::located(device, count, &self.layout, &self.current);
+            }
+            if calls.direct.is_some() {
+                let index_of = |name: &str| self.layout.index(name);
+                calls.segments =
+                    index_of("segment.all.allocated").zip(index_of("segment.all.freed"));
+            }
+        } else {
+            calls.until_search -= 1;
         }
         Ok(())
     }
 
-    fn learn_layout(&mut self, layout: Layout) {
-        let n = layout.len();
-        self.layout = layout;
-        self.current = vec![0; n];
-        self.growth = vec![0; n];
-        self.previous = vec![0; n];
+    /// One call of the binding, read into a vector in `layout` order (learned on first use).
+    fn read_binding(
+        py: Python<'_>,
+        calls: &CudaCalls,
+        index: i64,
+        layout: &mut Layout,
+    ) -> PyResult<Vec<i64>> {
+        let stats = calls.stats.call1(py, (index,))?;
+        let stats = stats.bind(py).cast::<PyDict>()?;
+        if layout.is_empty() {
+            *layout = Layout::new(flatten_names(stats)?);
+        }
+        let mut values = vec![0; layout.len()];
+        if read_values(stats, &mut values) != layout.len() {
+            // A different shape than the first sample: read it by name (never seen with
+            // any torch release, but numbers must not shift silently if it happens).
+            let names = flatten_names(stats)?;
+            let mut found = vec![0; names.len()];
+            read_values(stats, &mut found);
+            values.iter_mut().for_each(|v| *v = 0);
+            for (name, value) in names.iter().zip(found) {
+                if let Some(i) = layout.index(name) {
+                    values[i] = value;
+                }
+            }
+        }
+        Ok(values)
     }
 }
 
