@@ -21,10 +21,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<render::line::LineReportView>()?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
+    m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_live, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_read_stats_bench, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
     use line_profiler::hooks;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_start, m)?)?;

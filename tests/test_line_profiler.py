@@ -44,25 +44,31 @@ def test_each_line_gets_exactly_what_it_allocated():
     with LineProfiler(allocate_and_free, device="cpu") as lp:
         allocate_and_free(512)
     lines = by_line(lp, allocate_and_free)
+    base = lines["def allocate_and_free(n):"]["allocated_bytes.all.current"]
     a, b = lines["a = torch.empty(256, 1024)"], lines["b = torch.empty(n, 1024)"]
     assert a["allocated_bytes.all.allocated"] == MiB
-    assert a["active_bytes.all.peak"] == MiB
+    assert a["active_bytes.all.peak"] == base + MiB
     assert b["allocated_bytes.all.allocated"] == 2 * MiB
-    assert b["allocated_bytes.all.current"] == 3 * MiB
+    assert b["allocated_bytes.all.current"] == base + 3 * MiB
     assert lines["del a"]["allocated_bytes.all.freed"] == MiB
-    assert lines["del a"]["allocated_bytes.all.current"] == 2 * MiB
+    assert lines["del a"]["allocated_bytes.all.current"] == base + 2 * MiB
     c = lines["c = b * 2"]
-    assert (c["allocated_bytes.all.allocated"], c["active_bytes.all.peak"]) == (2 * MiB, 4 * MiB)
+    assert c["allocated_bytes.all.allocated"] == 2 * MiB
+    assert c["active_bytes.all.peak"] == base + 4 * MiB
     assert lines["return c"]["hits"] == 1
 
 
 def test_text_shows_one_more_mebibyte_on_the_allocating_line():
     with LineProfiler(allocate_and_free, device="cpu") as lp:
         allocate_and_free(512)
-    text = str(lp.display())
-    assert text.startswith("## allocate_and_free\n\nactive_bytes reserved_bytes line code")
-    row = next(r for r in text.splitlines() if "a = torch.empty(256, 1024)" in r)
-    assert row.split()[:2] == ["1.00M", "1.00M"]
+    text = str(lp.display(columns=("allocated_bytes.all.current", "reserved_bytes.all.peak")))
+    assert text.startswith("## allocate_and_free\n\nallocated_bytes reserved_bytes line code")
+    rows = text.splitlines()
+    entry = next(r for r in rows if "def allocate_and_free" in r).split()[0]
+    row = next(r for r in rows if "a = torch.empty(256, 1024)" in r).split()[0]
+    base = by_line(lp, allocate_and_free)["def allocate_and_free(n):"]
+    assert entry == memlab_rs.readable_size(base["allocated_bytes.all.current"])
+    assert row == memlab_rs.readable_size(base["allocated_bytes.all.current"] + MiB)
 
 
 def test_text_matches_pytorch_memlab_layout_for_the_same_numbers():
@@ -105,12 +111,15 @@ def outer():
 def test_a_line_calling_a_profiled_function_accounts_for_it():
     with LineProfiler(inner, outer, device="cpu") as lp:
         outer()
-    call = by_line(lp, outer)["inner()"]
-    assert call["active_bytes.all.peak"] == 5 * MiB
+    lines = by_line(lp, outer)
+    base = lines["def outer():"]["allocated_bytes.all.current"]
+    call = lines["inner()"]
+    assert call["active_bytes.all.peak"] == base + 5 * MiB
     assert call["allocated_bytes.all.allocated"] == 4 * MiB
     assert call["allocated_bytes.all.freed"] == 4 * MiB
-    assert call["allocated_bytes.all.current"] == MiB
-    assert by_line(lp, inner)["t = torch.empty(1024, 1024)"]["active_bytes.all.peak"] == 5 * MiB
+    assert call["allocated_bytes.all.current"] == base + MiB
+    inner_peak = by_line(lp, inner)["t = torch.empty(1024, 1024)"]["active_bytes.all.peak"]
+    assert inner_peak == base + 5 * MiB
     text = str(lp.display())
     assert text.index("## inner") < text.index("## outer")
 
@@ -126,15 +135,16 @@ def test_recursion_keeps_one_open_line_per_frame():
     with LineProfiler(recurse, device="cpu") as lp:
         recurse(3)
     lines = by_line(lp, recurse)
+    base = lines["def recurse(n):"]["allocated_bytes.all.current"] - 3 * MiB  # deepest entry
     make = lines["a = torch.empty(256, 1024)"]
     assert make["hits"] == 4
     assert make["allocated_bytes.all.allocated"] == MiB  # each frame made one, not more
-    assert make["active_bytes.all.peak"] == 4 * MiB
+    assert make["active_bytes.all.peak"] == base + 4 * MiB
     call = lines["recurse(n - 1)"]
     assert call["hits"] == 3
     assert call["allocated_bytes.all.allocated"] == 3 * MiB  # the outermost call: 3 below it
     assert call["allocated_bytes.all.freed"] == 3 * MiB
-    assert call["active_bytes.all.peak"] == 4 * MiB
+    assert call["active_bytes.all.peak"] == base + 4 * MiB
     assert lines["return a"]["hits"] == 4
 
 
@@ -157,12 +167,13 @@ def test_a_generator_is_not_charged_for_what_its_consumer_does():
     with LineProfiler(produce, consume, device="cpu") as lp:
         consume()
     gen = by_line(lp, produce)
+    loop = by_line(lp, consume)
+    base = loop["def consume():"]["allocated_bytes.all.current"]
     assert gen["t = torch.empty(256, 1024)"]["allocated_bytes.all.allocated"] == MiB
     assert gen["t = torch.empty(256, 1024)"]["hits"] == 3
     # 8 MiB come and go in the consumer between yields: none of it belongs to these lines.
-    assert max(r["active_bytes.all.peak"] for r in gen.values() if r["hits"]) == 3 * MiB
-    loop = by_line(lp, consume)
-    assert loop["big = torch.empty(2048, 1024)"]["active_bytes.all.peak"] == 11 * MiB
+    assert max(r["active_bytes.all.peak"] for r in gen.values() if r["hits"]) == base + 3 * MiB
+    assert loop["big = torch.empty(2048, 1024)"]["active_bytes.all.peak"] == base + 11 * MiB
     assert loop["for t in produce(3):"]["allocated_bytes.all.allocated"] == MiB
 
 
@@ -338,6 +349,22 @@ def test_the_previous_tracer_comes_back():
         assert sys.gettrace() is tracer
     finally:
         sys.settrace(None)
+
+
+def free_existing(holder):
+    holder.pop()
+
+
+def test_tensors_from_before_profiling_count_as_live_and_can_be_freed():
+    holder = [torch.empty(1024, 1024)]
+    with LineProfiler(free_existing, device="cpu") as lp:
+        free_existing(holder)
+    entry = by_line(lp, free_existing)["def free_existing(holder):"]
+    assert entry["allocated_bytes.all.current"] >= 4 * MiB
+    pop = by_line(lp, free_existing)["holder.pop()"]
+    assert pop["allocated_bytes.all.freed"] == 4 * MiB
+    assert pop["allocated_bytes.all.allocated"] == 0
+    assert pop["allocated_bytes.all.current"] == entry["allocated_bytes.all.current"] - 4 * MiB
 
 
 def test_peak_memory_stats_survive_the_per_line_resets():

@@ -4,13 +4,16 @@ torch's CPU allocator keeps no statistics, so while a profiled function runs on 
 a ``TorchDispatchMode`` sees every operator there, counts each new CPU storage its outputs
 own (those the operator's schema does not mark as aliasing an input), and holds a weak
 reference to the storage object, which dies exactly when the storage is freed (torch keeps
-a storage's Python object alive as long as the storage lives). The counts themselves live
-in the Rust core (``_cpu_allocated``/``_cpu_freed``) and take the names of
-``torch.cuda.memory_stats()`` (``allocated_bytes.all.current``, ``active_bytes.all.peak``).
+a storage's Python object alive as long as the storage lives). When the first profiled
+function starts on a thread, the storages of every CPU tensor Python can reach (found by
+the reporter's gc walk) are adopted the same way, so current and peak values include the
+model, its grads and the optimizer state. The counts live in the Rust core and take the
+names of ``torch.cuda.memory_stats()`` (``allocated_bytes.all.current``,
+``active_bytes.all.peak``).
 
-What it cannot see: storages created outside profiled functions and freed inside them,
-memory that is not a tensor storage, and allocations from C++ threads that do not carry
-the dispatch mode.
+What it cannot see: storages no Python object reaches that were created outside profiled
+functions (tensors autograd saved before), memory that is not a tensor storage, and
+allocations on C++ threads that do not carry the dispatch mode.
 """
 
 from __future__ import annotations
@@ -52,19 +55,29 @@ def _gone(key: int, nbytes: int, _ref: weakref.ref) -> None:
         _core._cpu_freed(nbytes)
 
 
-def _count(tensor: Any) -> None:
+def _count(tensor: Any, made_here: bool = True) -> None:
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
         return
     try:
         storage = tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError):
+        key = storage._cdata
+        nbytes = storage.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):
         return  # sparse or a wrapper subclass: its parts are counted as they are made
-    key = storage._cdata
-    nbytes = storage.nbytes()
     if key in _live or nbytes == 0:
         return
     _live[key] = (weakref.ref(storage, partial(_gone, key, nbytes)), nbytes)
-    _core._cpu_allocated(nbytes)
+    if made_here:
+        _core._cpu_allocated(nbytes)
+    else:
+        _core._cpu_adopted(nbytes)
+
+
+def _adopt_existing() -> None:
+    """Count the storages of every CPU tensor Python can reach right now."""
+    tensors, _ = _core.tracked_tensors()
+    for tensor in tensors:
+        _count(tensor, made_here=False)
 
 
 class StorageCounter(TorchDispatchMode):
@@ -92,7 +105,9 @@ _modes = threading.local()
 
 
 def start_tracking() -> None:
-    """Push a counting mode on the calling thread (the core calls this)."""
+    """Adopt live storages and push a counting mode on the calling thread (the core calls
+    this when the first profiled frame starts on a thread)."""
+    _adopt_existing()
     mode = StorageCounter()
     mode.__enter__()
     stack = getattr(_modes, "stack", None)

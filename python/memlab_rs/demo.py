@@ -9,8 +9,21 @@ import argparse
 
 import torch
 
-from . import MemReporter
-from .models import TinyGPT
+from . import LineProfiler, MemReporter
+from .models import Block, TinyGPT
+
+
+def train_step(
+    model: TinyGPT, optimizer: torch.optim.Optimizer, tokens: torch.Tensor
+) -> torch.Tensor:
+    """One training step on ``tokens`` (batch x (seq + 1)); returns the loss."""
+    vocab = model.wte.num_embeddings
+    logits = model(tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    return loss
 
 
 def train_steps(
@@ -26,13 +39,7 @@ def train_steps(
     loss = torch.zeros(())
     for _ in range(steps):
         tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
-        logits = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)
-        )
-        optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, tokens)
     return float(loss)
 
 
@@ -55,6 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     reporter.report(device=device)
     print("\n== The five largest tensors ==")
     reporter.report(device=device, sort_by="size", top=5)
+
+    print("\n== LineProfiler: one more step, line by line (the step and each Block) ==")
+    with LineProfiler(train_step, Block.forward, device=device) as profiler:
+        train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
+    profiler.print_stats(columns=("active_bytes.all.peak", "allocated_bytes.all.allocated"))
 
 
 if __name__ == "__main__":

@@ -196,6 +196,12 @@ pub fn _cpu_allocated(nbytes: i64) {
     CPU.allocated(nbytes);
 }
 
+/// Count a CPU storage that existed before tracking started (live, not allocated).
+#[pyfunction]
+pub fn _cpu_adopted(nbytes: i64) {
+    CPU.adopted(nbytes);
+}
+
 /// Count a freed CPU storage of `nbytes` (called when its weak reference dies).
 #[pyfunction]
 pub fn _cpu_freed(nbytes: i64) {
@@ -228,16 +234,4 @@ pub fn _hook_errors() -> Vec<String> {
 #[pyfunction]
 pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
     cuda_direct::why_not(device)
-}
-
-/// Read a nested stats dict `repeats` times (benchmarks the hot-path reader).
-#[pyfunction]
-pub fn _read_stats_bench(stats: &Bound<'_, PyDict>, repeats: usize) -> usize {
-    let n = layout::flatten_names(stats).map(|n| n.len()).unwrap_or(0);
-    let mut out = vec![0; n];
-    let mut total = 0;
-    for _ in 0..repeats {
-        total += layout::read_values(stats, &mut out);
-    }
-    total
 }

@@ -273,6 +273,15 @@ impl CpuCounters {
         bump(&self.count, 1);
     }
 
+    /// A storage that existed before tracking started: live from now on, but not counted
+    /// as allocated (no line made it).
+    pub fn adopted(&self, nbytes: i64) {
+        for (stat, amount) in [(&self.bytes, nbytes), (&self.count, 1)] {
+            let now = stat[CURRENT].fetch_add(amount, Relaxed) + amount;
+            stat[PEAK].fetch_max(now, Relaxed);
+        }
+    }
+
     pub fn freed(&self, nbytes: i64) {
         for (stat, amount) in [(&self.bytes, nbytes), (&self.count, 1)] {
             stat[CURRENT].fetch_sub(amount, Relaxed);
