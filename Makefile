@@ -34,6 +34,8 @@ lint: $(DEPS)
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py
+	$(BIN)/python bench/line_profiler_overhead.py
+	$(BIN)/python bench/line_event_cost.py
 
 clean:
 	rm -rf $(VENV) target

@@ -96,7 +96,10 @@ def nothing():
 
 
 def alternate(variants: dict, run, rounds: int) -> dict[str, float]:
-    """Median seconds of `run()` under each variant, the variants taking turns."""
+    """Median seconds of one `run()` under each variant, the variants taking turns.
+
+    `run` returns a list of timings (one per step) or None to be timed as a whole.
+    """
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(rounds):
         names = list(variants)
@@ -104,8 +107,9 @@ def alternate(variants: dict, run, rounds: int) -> dict[str, float]:
         for name in names:
             with variants[name]():
                 start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
+                steps = run()
+                elapsed = time.perf_counter() - start
+            times[name] += steps if isinstance(steps, list) else [elapsed]
     return {name: statistics.median(t) for name, t in times.items()}
 
 

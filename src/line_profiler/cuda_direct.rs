@@ -38,22 +38,26 @@ static SEARCHES: Mutex<Option<HashMap<usize, Search>>> = Mutex::new(None);
 /// /proc/self/maps, about a millisecond in a process that loaded CUDA).
 const MAX_SCANS: u32 = 3;
 
+/// What a look for the allocator's fields gave.
+pub enum Located {
+    Found(Arc<DirectStats>),
+    /// Nothing is allocated yet, so the values cannot be told apart: look again soon.
+    NotYet,
+    /// Not found (or not wanted): stay with the binding.
+    No,
+}
+
 /// The located statistics of `device`, searching again if earlier scans allow it.
 /// `values` must be what the binding returned just now.
-pub fn located(
-    device: usize,
-    device_count: usize,
-    layout: &Layout,
-    values: &[i64],
-) -> Option<Arc<DirectStats>> {
+pub fn located(device: usize, device_count: usize, layout: &Layout, values: &[i64]) -> Located {
     if std::env::var("MEMLAB_RS_CUDA_STATS").as_deref() == Ok("binding") {
-        return None;
+        return Located::No;
     }
     let mut guard = SEARCHES.lock().unwrap_or_else(|p| p.into_inner());
     let searches = guard.get_or_insert_with(HashMap::new);
     let scans = match searches.get(&device) {
-        Some(Search::Found(direct)) => return Some(direct.clone()),
-        Some(Search::Failed { scans, .. }) if *scans >= MAX_SCANS => return None,
+        Some(Search::Found(direct)) => return Located::Found(direct.clone()),
+        Some(Search::Failed { scans, .. }) if *scans >= MAX_SCANS => return Located::No,
         Some(Search::Failed { scans, .. }) => *scans,
         None => 0,
     };
@@ -61,9 +65,9 @@ pub fn located(
         Ok(direct) => {
             let direct = Arc::new(direct);
             searches.insert(device, Search::Found(direct.clone()));
-            Some(direct)
+            Located::Found(direct)
         }
-        Err(reason) if reason == NOT_YET => None,
+        Err(reason) if reason == NOT_YET => Located::NotYet,
         Err(reason) => {
             searches.insert(
                 device,
@@ -72,7 +76,7 @@ pub fn located(
                     reason,
                 },
             );
-            None
+            Located::No
         }
     }
 }

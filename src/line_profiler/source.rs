@@ -202,12 +202,17 @@ impl Source {
         }
         self.current = values;
         if calls.until_search == 0 {
-            // Cheap when nothing is allocated yet; real scans are capped per process.
+            // Real scans are capped per process; "nothing allocated yet" is cheap and
+            // asks again at the next sample.
             calls.until_search = 32;
             let count = calls.device_count.call0(py)?.extract::<usize>(py)?;
             let device = usize::try_from(index).unwrap_or(usize::MAX);
             if device < count {
-                calls.direct = cuda_direct::located(device, count, &self.layout, &self.current);
+                match cuda_direct::located(device, count, &self.layout, &self.current) {
+                    cuda_direct::Located::Found(direct) => calls.direct = Some(direct),
+                    cuda_direct::Located::NotYet => calls.until_search = 0,
+                    cuda_direct::Located::No => {}
+                }
             }
             if calls.direct.is_some() {
                 let index_of = |name: &str| self.layout.index(name);
