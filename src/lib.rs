@@ -31,7 +31,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_resume, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_line, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_leave, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_unwind, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_trace_new_thread, m)?)?;
     Ok(())

@@ -104,7 +104,7 @@ mod monitoring {
         ("LINE", "on_line"),
         ("PY_RETURN", "on_leave"),
         ("PY_YIELD", "on_leave"),
-        ("PY_UNWIND", "on_unwind"),
+        ("PY_UNWIND", "on_leave"),
         ("PY_THROW", "on_throw"),
     ];
     const LOCAL: [&str; 5] = ["PY_START", "PY_RESUME", "LINE", "PY_RETURN", "PY_YIELD"];
@@ -209,24 +209,14 @@ pub fn _monitoring_on_line(py: Python<'_>, code: &Bound<'_, PyAny>, line: u32) {
     dispatch(py, code.as_ptr() as usize, Event::Line { line });
 }
 
-/// sys.monitoring PY_RETURN and PY_YIELD: a profiled frame leaves the stack.
+/// sys.monitoring PY_RETURN, PY_YIELD and PY_UNWIND (global: an exception leaves a frame):
+/// a profiled frame leaves the stack.
 #[pyfunction]
 pub fn _monitoring_on_leave(
     py: Python<'_>,
     code: &Bound<'_, PyAny>,
     _offset: i64,
     _value: &Bound<'_, PyAny>,
-) {
-    dispatch(py, code.as_ptr() as usize, Event::Leave);
-}
-
-/// sys.monitoring PY_UNWIND (global): an exception leaves a frame.
-#[pyfunction]
-pub fn _monitoring_on_unwind(
-    py: Python<'_>,
-    code: &Bound<'_, PyAny>,
-    _offset: i64,
-    _error: &Bound<'_, PyAny>,
 ) {
     dispatch(py, code.as_ptr() as usize, Event::Leave);
 }
