@@ -30,7 +30,7 @@ test: build lint
 lint: $(DEPS)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
-	$(BIN)/ruff check python tests bench
+	$(BIN)/ruff check python tests bench docs
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py

@@ -29,3 +29,10 @@ __all__ = [
     "set_target_gpu",
 ]
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext memlab_rs``: register the ``%mlrun``/``%%mlrun`` magics (needs IPython)."""
+    from .ipython import load_ipython_extension as load
+
+    load(ipython)

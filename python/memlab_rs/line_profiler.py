@@ -115,6 +115,7 @@ class LineProfiler:
         self._target_gpu = _gpu_index(target_gpu)
         self._collector = _core.LineCollector(line_profiler_device(device, self._target_gpu))
         self._functions: dict[types.CodeType, Callable[..., Any]] = {}
+        self._names: dict[types.CodeType, str] = {}
         for func in functions:
             self.add_function(func)
 
@@ -125,6 +126,7 @@ class LineProfiler:
 
     @property
     def enabled(self) -> bool:
+        """Whether the profiler is recording (between ``enable()`` and ``disable()``)."""
         return self._collector.enabled
 
     @property
@@ -140,6 +142,7 @@ class LineProfiler:
 
     @property
     def target_gpu(self) -> int:
+        """The GPU read when profiling CUDA; setting it switches at once, even mid-run."""
         return self._target_gpu
 
     @target_gpu.setter
@@ -153,7 +156,12 @@ class LineProfiler:
         decorated function (the one it wraps)."""
         code, func = _code_of(func)
         self._functions.setdefault(code, func)
-        self._collector.add_code(code, func.__qualname__)
+        self._add_code(code, func.__qualname__)
+
+    def _add_code(self, code: types.CodeType, qualname: str) -> None:
+        """Profile a code object directly (a function defined by code not yet run)."""
+        self._names.setdefault(code, qualname)
+        self._collector.add_code(code, qualname)
 
     def enable(self) -> None:
         """Start profiling (does not reset or empty the CUDA allocator)."""
@@ -167,6 +175,7 @@ class LineProfiler:
         """Forget every registered function and every recorded line."""
         self._collector.clear()
         self._functions.clear()
+        self._names.clear()
 
     def __enter__(self) -> LineProfiler:
         self.enable()
@@ -234,8 +243,7 @@ class LineProfiler:
         return sorted(selected)
 
     def _qualname(self, code: types.CodeType) -> str:
-        func = self._functions.get(code)
-        return func.__qualname__ if func is not None else code.co_name
+        return self._names.get(code, code.co_name)
 
 
 def _source_of(func: Any, code: types.CodeType) -> tuple[int, list[str]] | None:
