@@ -100,8 +100,17 @@ def test_dump_writes_the_columns_shown(shell, tmp_path):
 
 
 def test_gpu_option_picks_the_device_when_cuda_is_used(shell):
-    lp = run(shell, "%mlrun -r -g 3 -d cuda -f make make(1)")
-    assert lp.device == "cuda:3"
+    if torch_cuda_available():
+        lp = run(shell, "%mlrun -r -g 0 -d cuda -f make make(1)")
+        assert lp.device == "cuda:0"
+    with pytest.raises(ValueError, match="cannot profile cuda:99"):
+        run(shell, "%mlrun -r -g 99 -d cuda -f make make(1)")
+
+
+def torch_cuda_available():
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def test_usage_errors_say_what_is_wrong(shell):

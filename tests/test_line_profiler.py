@@ -213,14 +213,17 @@ def test_a_thread_started_before_enable_is_profiled():
     results = []
 
     def run():
-        go.wait()
+        go.wait(timeout=60)
         results.append(threaded_work())
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # never blocks the exit
     thread.start()
-    with LineProfiler(threaded_work, device="cpu") as lp:
+    try:
+        with LineProfiler(threaded_work, device="cpu") as lp:
+            go.set()
+            thread.join()
+    finally:
         go.set()
-        thread.join()
     line = by_line(lp, threaded_work)["x = torch.empty(512, 1024)"]
     assert line["allocated_bytes.all.allocated"] == 2 * MiB
     assert line["hits"] == 1
@@ -299,6 +302,8 @@ def test_bad_input_gets_clear_errors():
         LineProfiler(device="cpu").display(outer)
     with pytest.raises(ValueError, match="CPU or CUDA"):
         LineProfiler(device="meta")
+    with pytest.raises(ValueError, match="cannot profile cuda:99"):
+        LineProfiler(device="cuda:99")
     with pytest.raises(ValueError, match=">= 1"):
         memlab_rs.profile_every(0)
 

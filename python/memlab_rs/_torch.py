@@ -111,12 +111,31 @@ def line_profiler_device(device: torch.device | str | int | None, target_gpu: in
     CUDA is available does not initialise it.
     """
     if device is None:
-        return f"cuda:{target_gpu}" if torch.cuda.is_available() else "cpu"
+        return checked_cuda_device(target_gpu) if torch.cuda.is_available() else "cpu"
     if isinstance(device, int):
-        return f"cuda:{device}"
+        return checked_cuda_device(device)
     dev = torch.device(device)
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
         raise ValueError(f"the line profiler reads CPU or CUDA memory, not {dev.type!r}")
-    return f"cuda:{target_gpu if dev.index is None else dev.index}"
+    return checked_cuda_device(target_gpu if dev.index is None else dev.index)
+
+
+def checked_cuda_device(index: int) -> str:
+    """``"cuda:N"`` if that device exists, else a ValueError that says what does.
+
+    Counting devices does not initialise CUDA.
+    """
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"cannot profile cuda:{index}: CUDA is not available here; "
+            "profile CPU memory with device='cpu'"
+        )
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(
+            f"cannot profile cuda:{index}: this machine has {count} CUDA device(s), "
+            f"cuda:0 to cuda:{count - 1}"
+        )
+    return f"cuda:{index}"

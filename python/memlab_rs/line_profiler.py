@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import torch
 
 from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU hooks)
-from ._torch import line_profiler_device
+from ._torch import checked_cuda_device, line_profiler_device
 
 DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
 
@@ -147,9 +147,10 @@ class LineProfiler:
 
     @target_gpu.setter
     def target_gpu(self, gpu: Any) -> None:
-        self._target_gpu = _gpu_index(gpu)
+        index = _gpu_index(gpu)
         if self.device != "cpu":
-            self._collector.set_device(f"cuda:{self._target_gpu}")
+            self._collector.set_device(checked_cuda_device(index))
+        self._target_gpu = index
 
     def add_function(self, func: Callable[..., Any]) -> None:
         """Profile ``func`` too: a function, method, ``nn.Module`` (its ``forward``), or a

@@ -158,7 +158,12 @@ impl Engine {
         }
         let device = self.collector(id)?.device;
         self.use_source(py, device)?;
-        self.sample_all(py)?;
+        if let Err(error) = self.sample_all(py) {
+            // A source that cannot be read must not stay behind and fail every later
+            // event of the other profilers.
+            self.drop_unused_sources();
+            return Err(error);
+        }
         let collector = self
             .collectors
             .get_mut(id)
@@ -234,14 +239,20 @@ impl Engine {
         if collector.device == device {
             return Ok(());
         }
-        if collector.enabled {
+        let enabled = collector.enabled;
+        if enabled {
             self.sample_all(py)?;
             self.use_source(py, device)?;
         }
-        self.collector_mut(id)?.device = device;
+        let previous = std::mem::replace(&mut self.collector_mut(id)?.device, device);
         self.drop_unused_sources();
-        if self.collector(id)?.enabled {
-            self.sample_all(py)?;
+        if enabled {
+            if let Err(error) = self.sample_all(py) {
+                // Stay on the device that worked rather than break every later event.
+                self.collector_mut(id)?.device = previous;
+                self.drop_unused_sources();
+                return Err(error);
+            }
         }
         Ok(())
     }

@@ -58,6 +58,7 @@ impl LineCollector {
         code: &Bound<'_, PyAny>,
         qualname: String,
     ) -> PyResult<bool> {
+        retire_dropped(py)?;
         let first_line = code.getattr("co_firstlineno")?.extract::<u32>()?;
         let mut offsets = Vec::new();
         for item in code.call_method0("co_lines")?.try_iter()? {
@@ -81,11 +82,13 @@ impl LineCollector {
     }
 
     fn enable(&self, py: Python<'_>) -> PyResult<()> {
+        retire_dropped(py)?;
         with_engine(|engine| engine.enable(py, self.id))?;
         sync(py)
     }
 
     fn disable(&self, py: Python<'_>) -> PyResult<()> {
+        retire_dropped(py)?;
         let actions = with_engine(|engine| engine.disable(py, self.id, thread_id()))?;
         run_actions(py, actions);
         sync(py)
@@ -93,12 +96,14 @@ impl LineCollector {
 
     /// Forget every function and every row.
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        retire_dropped(py)?;
         let actions = with_engine(|engine| engine.clear(py, self.id, thread_id()))?;
         run_actions(py, actions);
         sync(py)
     }
 
     fn set_device(&self, py: Python<'_>, device: &str) -> PyResult<()> {
+        retire_dropped(py)?;
         let device = parse_device(device)?;
         with_engine(|engine| engine.set_device(py, self.id, device))
     }
@@ -180,14 +185,31 @@ impl LineCollector {
     }
 }
 
+/// Collectors dropped since the last call into the engine. A drop can happen whenever the
+/// garbage collector runs, also while the engine or the hooks are busy calling Python on
+/// this thread, so it only queues the id; the next call from Python does the work.
+static DROPPED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
 impl Drop for LineCollector {
     fn drop(&mut self) {
-        Python::attach(|py| {
-            let actions = with_engine(|engine| engine.drop_collector(py, self.id, thread_id()));
-            run_actions(py, actions);
-            let _ = sync(py);
-        });
+        DROPPED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.id);
     }
+}
+
+/// Retire the collectors queued by `Drop` (never called with a lock held).
+fn retire_dropped(py: Python<'_>) -> PyResult<()> {
+    let ids = std::mem::take(&mut *DROPPED.lock().unwrap_or_else(|p| p.into_inner()));
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for id in ids {
+        let actions = with_engine(|engine| engine.drop_collector(py, id, thread_id()));
+        run_actions(py, actions);
+    }
+    sync(py)
 }
 
 /// Count a new CPU storage of `nbytes` (called by the CPU dispatch mode).
