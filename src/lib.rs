@@ -1,6 +1,7 @@
 //! memlab_rs._core: the Rust core of memlab_rs. This file only registers what the
 //! capability modules define.
 
+pub mod courtesy;
 pub mod line_profiler;
 pub mod render;
 pub mod reporter;
@@ -18,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reporter::tracked_tensors, m)?)?;
     m.add_class::<reporter::ReportTable>()?;
     m.add_class::<line_profiler::LineCollector>()?;
+    m.add_class::<courtesy::HostBook>()?;
     m.add_class::<render::line::LineReportView>()?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;

@@ -4,6 +4,7 @@
 """
 
 from ._core import readable_size
+from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .profile import (
     clear_global_line_profiler,
@@ -15,12 +16,16 @@ from .profile import (
 from .reporter import MemoryReport, MemReporter, TensorRow
 
 __all__ = [
+    "Courtesy",
+    "CourtesyRestoreError",
     "DEFAULT_COLUMNS",
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
     "MemoryReport",
+    "RestoreReport",
     "TensorRow",
+    "YieldReport",
     "clear_global_line_profiler",
     "global_line_profiler",
     "profile",

@@ -1,0 +1,477 @@
+"""Courtesy: give the GPU back for a while (preemption on a shared cluster), take it again.
+
+``yield_memory()`` moves every CUDA storage that Python can reach (parameters, grads,
+buffers, optimizer state, your own tensors) into pinned host buffers, re-points every tensor
+and view on it there, and empties the CUDA cache; ``restore()`` brings each storage back
+and re-points the tensors again. Storages move, not tensors, so views, tied weights and
+every reference (optimizers, your variables) keep working, with the same Python objects,
+strides, offsets and ``requires_grad``. Grads that are None stay None.
+
+Call it between training steps: autograd graphs still waiting for ``backward()`` hold
+tensors Python cannot see, and re-pointing a tensor such a graph saved makes that backward
+fail its version check.
+
+The storage records (where each storage sits in which pinned buffer, what is left to bring
+back) live in the Rust core (``_core.HostBook``); this module does the torch calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _core
+from ._core import readable_size
+
+log = logging.getLogger("memlab_rs.courtesy")
+
+
+@dataclass
+class YieldReport:
+    """What a ``yield_memory()`` moved, and what stayed on the GPU and why."""
+
+    moved_storages: int = 0
+    moved_bytes: int = 0
+    seconds: float = 0.0
+    #: per device: ``torch.cuda.memory_allocated()`` after the yield (all of it unmoved)
+    still_allocated: dict[str, int] = field(default_factory=dict)
+    #: per device: bytes of tensors Python can see that could not be moved, and why
+    unmovable: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    #: per device: allocated bytes no visible tensor accounts for (autograd's saved
+    #: tensors, C++ buffers, other libraries using torch's allocator)
+    invisible_bytes: dict[str, int] = field(default_factory=dict)
+    #: per device: what the caching allocator still reserves after ``empty_cache()``
+    reserved: dict[str, int] = field(default_factory=dict)
+    #: per device: memory in use on the device by every process, from the driver
+    device_used: dict[str, int | None] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def gb_per_s(self) -> float:
+        """Moved bytes per second, in GB/s."""
+        return self.moved_bytes / self.seconds / 1e9 if self.seconds else 0.0
+
+    def __str__(self) -> str:
+        if self.message:
+            return self.message
+        lines = [
+            f"Courtesy: moved {self.moved_storages} storages, "
+            f"{readable_size(self.moved_bytes)}, to host memory in {self.seconds * 1e3:.1f} ms "
+            f"({self.gb_per_s:.1f} GB/s)"
+        ]
+        for device, allocated in self.still_allocated.items():
+            lines.append(
+                f"  {device}: {readable_size(allocated)} still allocated: "
+                f"{readable_size(self.invisible_bytes.get(device, 0))} that no Python tensor "
+                f"holds (saved for backward, C++ buffers), "
+                f"{readable_size(sum(b for _, b in self.unmovable.get(device, [])))} in "
+                f"tensors that cannot move; {readable_size(self.reserved.get(device, 0))} "
+                "still reserved"
+            )
+            for reason, nbytes in self.unmovable.get(device, [])[:5]:
+                lines.append(f"    {readable_size(nbytes)}: {reason}")
+        return "\n".join(lines)
+
+
+@dataclass
+class RestoreReport:
+    """What a ``restore()`` brought back."""
+
+    restored_storages: int = 0
+    restored_bytes: int = 0
+    seconds: float = 0.0
+    remaining_storages: int = 0
+    remaining_bytes: int = 0
+
+    @property
+    def gb_per_s(self) -> float:
+        """Restored bytes per second, in GB/s."""
+        return self.restored_bytes / self.seconds / 1e9 if self.seconds else 0.0
+
+    def __str__(self) -> str:
+        if not self.restored_storages and not self.remaining_storages:
+            return "Courtesy: nothing to restore"
+        return (
+            f"Courtesy: restored {self.restored_storages} storages, "
+            f"{readable_size(self.restored_bytes)}, in {self.seconds * 1e3:.1f} ms "
+            f"({self.gb_per_s:.1f} GB/s); {self.remaining_storages} still on the host"
+        )
+
+
+class CourtesyRestoreError(RuntimeError):
+    """``restore()`` could not bring everything back (the GPU is still too full). Every
+    tensor is valid, on the GPU or on the host; call ``restore()`` again later."""
+
+    def __init__(self, message: str, report: RestoreReport):
+        super().__init__(message)
+        self.report = report
+
+
+def _movable(tensor: torch.Tensor) -> str | None:
+    """Why ``tensor`` cannot be re-pointed, or None if it can."""
+    if not (type(tensor) is torch.Tensor or isinstance(tensor, torch.nn.Parameter)):
+        return f"a {type(tensor).__name__} (tensor subclass)"
+    if tensor.layout != torch.strided:
+        return f"a {tensor.layout} tensor"
+    if tensor.is_nested:
+        return "a nested tensor"
+    return None
+
+
+def _repoint(tensor: torch.Tensor, storage: torch.UntypedStorage, offset, size, stride) -> None:
+    """Make ``tensor`` (the same Python object) use ``storage`` with this geometry. A
+    tensor's storage cannot change device through ``set_``; ``.data`` can, and keeps the
+    object, its ``requires_grad`` and every reference to it."""
+    view = torch.empty(0, dtype=tensor.dtype, device=storage.device)
+    view.set_(storage, offset, size, stride)
+    tensor.data = view
+
+
+def _bytes_view(storage: torch.UntypedStorage) -> torch.Tensor:
+    view = torch.empty(0, dtype=torch.uint8, device=storage.device)
+    return view.set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+class Courtesy:
+    """Move what the GPU holds to host memory and back, losing nothing.
+
+    ``devices`` limits it to some GPUs (indexes, ``"cuda:N"`` or ``torch.device``; all by
+    default). Pinned host buffers are kept for the next yield
+    (``release_host_memory()`` gives them back).
+
+    >>> courtesy = Courtesy()
+    >>> str(courtesy.restore())
+    'Courtesy: nothing to restore'
+    """
+
+    def __init__(self, devices: Any = None, *, _allow_cpu: bool = False, _only: Any = None):
+        self._devices = None if devices is None else {self._device(d) for d in devices}
+        # Tests: move CPU storages through the same steps, and only those of `_only`.
+        self._allow_cpu = _allow_cpu
+        self._only = _only  # a list the test may change between calls
+        self._book = _core.HostBook()
+        self._buffers: list[torch.Tensor] = []
+        # record -> (device, [(weak tensor, offset, size, stride)])
+        self._moved: dict[int, tuple[torch.device, list[tuple[Any, int, Any, Any]]]] = {}
+        self.last_yield: YieldReport | None = None
+        #: seconds since the start of the last yield at the end of each phase (benchmarks)
+        self.phases: dict[str, float] = {}
+        self.last_restore: RestoreReport | None = None
+
+    @staticmethod
+    def _device(device: Any) -> torch.device:
+        dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda:0")
+        if dev.type not in ("cuda", "cpu"):
+            raise ValueError(f"Courtesy moves CUDA memory; {dev} is not a CUDA device")
+        return dev
+
+    def _wanted(self, device: torch.device) -> bool:
+        if device.type == "cpu" and not self._allow_cpu:
+            return False
+        return self._devices is None or device in self._devices
+
+    def __enter__(self) -> Courtesy:
+        self.yield_memory()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.restore()
+
+    def yield_memory(self) -> YieldReport:
+        """Move every reachable CUDA storage to host memory; returns (and logs) a report of
+        what moved and of what is still on the GPU, and why.
+
+        >>> print(Courtesy().yield_memory())  # a process without CUDA tensors
+        Courtesy: no CUDA tensors to move
+        """
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        phases = self.phases = {}
+        groups, unmovable = self._group()
+        phases["walk and group"] = time.perf_counter() - start
+        if not groups:
+            self.last_yield = YieldReport(message="Courtesy: no CUDA tensors to move")
+            self._fill_device_report(self.last_yield, unmovable, cuda)
+            log.info("%s", self.last_yield)
+            return self.last_yield
+        storages = list(groups.values())
+        groups.clear()
+        sizes = [(s.device.index if s.is_cuda else -1, s.nbytes()) for s, _ in storages]
+        buffer, allocate, placed = self._book.place(sizes)
+        if allocate:
+            pin = cuda and not self._allow_cpu
+            self._buffers.append(torch.empty(allocate, dtype=torch.uint8, pin_memory=pin))
+        host = self._buffers[buffer]
+        for (storage, _), (_, offset) in zip(storages, placed):
+            host[offset : offset + storage.nbytes()].copy_(_bytes_view(storage), non_blocking=True)
+        phases["copies issued"] = time.perf_counter() - start
+        # Re-point while the copies run: nobody reads these tensors before we synchronize,
+        # and the CUDA storages stay referenced (in `storages`) until then.
+        host_storage = host.untyped_storage()
+        moved_bytes = 0
+        with torch.no_grad():
+            for (storage, owners), (record, offset) in zip(storages, placed):
+                entries = []
+                for tensor in owners:
+                    element = tensor.element_size()
+                    shape = (tensor.storage_offset(), tensor.size(), tensor.stride())
+                    entries.append((weakref.ref(tensor), *shape))
+                    _repoint(
+                        tensor,
+                        host_storage,
+                        offset // element + tensor.storage_offset(),
+                        tensor.size(),
+                        tensor.stride(),
+                    )
+                self._moved[record] = (storage.device, entries)
+                moved_bytes += storage.nbytes()
+        count = len(storages)
+        if cuda:
+            torch.cuda.synchronize()
+        del storages, owners, storage
+        phases["copied"] = time.perf_counter() - start
+        if cuda:
+            torch.cuda.empty_cache()
+        phases["empty_cache"] = time.perf_counter() - start
+        report = YieldReport(
+            moved_storages=count, moved_bytes=moved_bytes, seconds=time.perf_counter() - start
+        )
+        self._fill_device_report(report, unmovable, cuda)
+        self.last_yield = report
+        log.info("%s", report)
+        return report
+
+    def _group(self):
+        """The storages to move, each with the tensors on it, and what cannot move. A
+        method of its own so that no loop variable keeps a CUDA storage alive after it."""
+        groups: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
+        unmovable: dict[str, list[tuple[str, int]]] = {}
+        seen_unmovable: set[int] = set()
+        tensors, _ = _core.tracked_tensors()
+        if self._only is not None:
+            keys = {t.untyped_storage()._cdata for t in self._only}
+            tensors = [t for t in tensors if t.layout == torch.strided]
+            tensors = [t for t in tensors if t.untyped_storage()._cdata in keys]
+        ours = {b.untyped_storage()._cdata for b in self._buffers}
+        for tensor in tensors:
+            device = tensor.device
+            if not self._wanted(device):
+                continue
+            reason = _movable(tensor)
+            if reason is not None:
+                if id(tensor) not in seen_unmovable:
+                    seen_unmovable.add(id(tensor))
+                    described = (f"{reason} {tuple(tensor.shape)}", _storage_bytes(tensor))
+                    unmovable.setdefault(str(device), []).append(described)
+                continue
+            storage = tensor.untyped_storage()
+            if storage.nbytes() == 0 or storage._cdata in ours:
+                continue  # empty, or already in our host buffers
+            groups.setdefault(storage._cdata, (storage, []))[1].append(tensor)
+        return groups, unmovable
+
+    def _fill_device_report(self, report: YieldReport, unmovable, cuda: bool) -> None:
+        report.unmovable = unmovable
+        if not cuda:
+            return
+        for index in range(torch.cuda.device_count()):
+            device = torch.device(f"cuda:{index}")
+            if not self._wanted(device):
+                continue
+            name = str(device)
+            allocated = torch.cuda.memory_allocated(device)
+            report.still_allocated[name] = allocated
+            visible = sum(b for _, b in unmovable.get(name, []))
+            report.invisible_bytes[name] = max(allocated - visible, 0)
+            report.reserved[name] = torch.cuda.memory_reserved(device)
+            used = _core.driver_device_memory(index)
+            report.device_used[name] = None if used is None else used[0]
+
+    def restore(self) -> RestoreReport:
+        """Bring every storage back to its device and re-point its tensors there.
+
+        If the GPU is still too full, what fits comes back, the rest stays valid on the
+        host, and ``CourtesyRestoreError`` says so: call ``restore()`` again later.
+
+        >>> str(Courtesy().restore())
+        'Courtesy: nothing to restore'
+        """
+        start = time.perf_counter()
+        alive, dead = [], []
+        for record, device, nbytes, buffer, offset in self._book.pending():
+            entries = self._moved[record][1]
+            (alive if any(ref() is not None for ref, *_ in entries) else dead).append(
+                (record, device, nbytes, buffer, offset)
+            )
+        self._book.gone([r[0] for r in dead])
+        for record, *_ in dead:
+            del self._moved[record]
+        self._reserve(alive)
+        targets = []
+        failure = None
+        for record, _, nbytes, buffer, offset in alive:
+            device = self._moved[record][0]
+            try:
+                target = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            except torch.cuda.OutOfMemoryError as error:
+                failure = error
+                break
+            targets.append((record, target, buffer, offset, nbytes))
+        for _, target, buffer, offset, nbytes in targets:
+            target.copy_(self._buffers[buffer][offset : offset + nbytes], non_blocking=True)
+        # Re-point while the copies run (nobody reads these tensors before we synchronize).
+        with torch.no_grad():
+            for record, target, *_ in targets:
+                storage = target.untyped_storage()
+                for ref, storage_offset, size, stride in self._moved.pop(record)[1]:
+                    tensor = ref()
+                    if tensor is not None:
+                        _repoint(tensor, storage, storage_offset, size, stride)
+        if any(t[1].is_cuda for t in targets):
+            torch.cuda.synchronize()
+        self._book.restored([t[0] for t in targets])
+        remaining = self._book.on_host()
+        report = RestoreReport(
+            restored_storages=len(targets),
+            restored_bytes=sum(t[4] for t in targets),
+            seconds=time.perf_counter() - start,
+            remaining_storages=remaining[0],
+            remaining_bytes=remaining[1],
+        )
+        del targets
+        self.last_restore = report
+        log.info("%s", report)
+        if failure is not None:
+            raise CourtesyRestoreError(
+                f"restore() brought back {report.restored_storages} storages "
+                f"({readable_size(report.restored_bytes)}) but the GPU is still too full for "
+                f"the other {report.remaining_storages} ({readable_size(report.remaining_bytes)}"
+                f"): {failure}. Every tensor is still valid (those not restored live in host "
+                "memory); free GPU memory and call restore() again.",
+                report,
+            ) from failure
+        return report
+
+    @staticmethod
+    def _reserve(pending) -> None:
+        """Ask the caching allocator for all the bytes about to come back in one block per
+        device, then free it: the storages are then carved from that cached block instead
+        of one ``cudaMalloc`` each (``empty_cache()`` in the yield returned everything). If
+        it does not fit, the storages are allocated one by one as far as they fit."""
+        totals: dict[int, int] = {}
+        for _, device, nbytes, _, _ in pending:
+            if device >= 0:
+                totals[device] = totals.get(device, 0) + -(-nbytes // 512) * 512
+        for device, total in totals.items():
+            try:
+                block = torch.empty(total, dtype=torch.uint8, device=f"cuda:{device}")
+            except torch.cuda.OutOfMemoryError:
+                continue
+            del block
+
+    def release_host_memory(self) -> int:
+        """Free the pinned host buffers nothing is waiting in; returns the bytes freed."""
+        sizes = self._book.buffers()
+        freed = 0
+        for index in self._book.release_free():
+            freed += sizes[index]
+            del self._buffers[index]
+        return freed
+
+    @property
+    def on_host(self) -> tuple[int, int]:
+        """(storages, bytes) waiting on the host for ``restore()``."""
+        return self._book.on_host()
+
+
+def _storage_bytes(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+class Preemption:
+    """Yield the GPU when a signal asks for it, at a safe point of your loop.
+
+    Signal handlers only set flags; ``checkpoint()``, called between training steps, does
+    the work: when the yield signal came, it moves the GPU state to host memory, waits for
+    the restore signal, brings everything back (retrying while the GPU is still too full)
+    and returns the yield's report. Otherwise it returns None at once.
+
+        preemption = memlab_rs.courtesy.on_signal()      # SIGUSR1 yields, SIGUSR2 restores
+        for batch in loader:
+            train_step(batch)
+            preemption.checkpoint()
+    """
+
+    def __init__(
+        self,
+        courtesy: Courtesy | None = None,
+        yield_signal: int = signal.SIGUSR1,
+        restore_signal: int = signal.SIGUSR2,
+        retry_seconds: float = 5.0,
+    ):
+        self.courtesy = courtesy or Courtesy()
+        self.retry_seconds = retry_seconds
+        self._yield = threading.Event()
+        self._restore = threading.Event()
+        self._signals = (yield_signal, restore_signal)
+        self._previous = {
+            yield_signal: signal.signal(yield_signal, lambda *_: self._yield.set()),
+            restore_signal: signal.signal(restore_signal, lambda *_: self._restore.set()),
+        }
+
+    def checkpoint(self, timeout: float | None = None) -> YieldReport | None:
+        """Yield, wait for the restore signal (at most ``timeout`` seconds) and restore, if
+        a yield was asked for; else return None at once."""
+        if not self._yield.is_set():
+            return None
+        self._yield.clear()
+        report = self.courtesy.yield_memory()
+        self._restore.wait(timeout)
+        self._restore.clear()
+        while True:
+            try:
+                self.courtesy.restore()
+                return report
+            except CourtesyRestoreError as error:
+                log.warning("%s; retrying in %.0f s", error, self.retry_seconds)
+                time.sleep(self.retry_seconds)
+
+    def close(self) -> None:
+        """Put back the signal handlers that were there before."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def __enter__(self) -> Preemption:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def on_signal(
+    yield_signal: int = signal.SIGUSR1,
+    restore_signal: int = signal.SIGUSR2,
+    courtesy: Courtesy | None = None,
+) -> Preemption:
+    """Install handlers: ``yield_signal`` asks to give the GPU back at the next
+    ``checkpoint()``, ``restore_signal`` to take it again (see ``Preemption``).
+
+    >>> with on_signal() as preemption:
+    ...     preemption.checkpoint() is None
+    True
+    """
+    return Preemption(courtesy, yield_signal, restore_signal)
