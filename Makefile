@@ -36,6 +36,7 @@ bench: build
 	$(BIN)/python bench/reporter_walk.py
 	$(BIN)/python bench/line_profiler_overhead.py
 	$(BIN)/python bench/line_event_cost.py
+	$(BIN)/python bench/courtesy_bandwidth.py
 
 clean:
 	rm -rf $(VENV) target

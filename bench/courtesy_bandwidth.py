@@ -51,6 +51,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
+    if not torch.cuda.is_available():
+        print("courtesy_bandwidth: needs a CUDA GPU (Courtesy moves GPU memory); skipped")
+        return
     dev = torch.device("cuda:0")
     model, optimizer = gpt2_state(dev)
     state = torch.cuda.memory_allocated(dev)
