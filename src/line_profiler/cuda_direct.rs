@@ -142,13 +142,6 @@ impl DirectStats {
         mine == values
     }
 
-    /// Layout indexes of the statistics this reader does not cover.
-    pub fn uncovered(&self, layout: &Layout) -> Vec<usize> {
-        (0..layout.len())
-            .filter(|i| !self.slots.iter().any(|(j, _)| j == i))
-            .collect()
-    }
-
     /// Locate `device`'s statistics, given the values the binding returned just now, or
     /// say why they could not be found.
     pub fn discover(

@@ -260,13 +260,7 @@ impl Engine {
     /// How the source of a collector reads its statistics, while it is enabled.
     pub fn reader(&self, id: usize) -> Option<&'static str> {
         let device = self.collector(id).ok()?.device;
-        let source = self.sources.iter().find(|s| s.device == device)?;
-        Some(source.reader())
-    }
-
-    /// Whether any enabled collector watches this code object (cheap pre-check for hooks).
-    pub fn watches(&self, address: usize) -> bool {
-        self.watched.contains_key(&address)
+        Some(self.sources[self.source_index(device)?].reader())
     }
 
     pub fn any_enabled(&self) -> bool {
@@ -361,7 +355,7 @@ impl Engine {
             Event::EnterAt { line } => Some(line.max(entry.first_line)),
             Event::Line { .. } | Event::Leave => None,
         };
-        let depth = match (event, start_line) {
+        match (event, start_line) {
             (_, Some(line)) => {
                 let frame = Frame::new(code, line, &collector.cumulative);
                 collector.threads[stack_at].frames.push(frame);
@@ -408,8 +402,7 @@ impl Engine {
                     None => Depth::Same,
                 }
             }
-        };
-        depth
+        }
     }
 
     fn pop_frame(&mut self, id: usize, source: usize, stack: &mut ThreadStack) {
