@@ -72,7 +72,7 @@ def main() -> None:
         return reporter
 
     # The first report in a process walks every gc list; later ones resume where the last
-    # walk ended (see src/reporter/gc_lists.rs), so time the first of each apart.
+    # walk ended (see src/gc_walk/lists.rs), so time the first of each apart.
     first = {"memlab_rs": time_report(ours), "pytorch_memlab": time_report(theirs)}
     n_objects = len(gc.get_objects())
     n_tensors = len(memlab_rs.MemReporter(model).collect().rows)

@@ -2,6 +2,7 @@
 //! capability modules define.
 
 pub mod courtesy;
+pub mod gc_walk;
 pub mod line_profiler;
 pub mod render;
 pub mod reporter;
@@ -16,7 +17,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
-    m.add_function(wrap_pyfunction!(reporter::tracked_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(gc_walk::tracked_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(gc_walk::_instances_of, m)?)?;
+    m.add_function(wrap_pyfunction!(gc_walk::collections::_gc_watch_state, m)?)?;
+    let gc_callback = wrap_pyfunction!(gc_walk::collections::_gc_callback, m)?;
+    m.add_function(gc_callback.clone())?;
+    // Watch collections from now on: a walk must know whether one is running.
+    gc_walk::collections::install(m.py(), gc_callback.into_any())?;
     m.add_class::<reporter::ReportTable>()?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;

@@ -75,7 +75,7 @@ def _count(tensor: Any, made_here: bool = True) -> None:
 
 def _adopt_existing() -> None:
     """Count the storages of every CPU tensor Python can reach right now."""
-    tensors, _ = _core.tracked_tensors()
+    tensors = _core.tracked_tensors()[0]
     for tensor in tensors:
         _count(tensor, made_here=False)
 

@@ -258,7 +258,7 @@ class Courtesy:
         groups: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
         unmovable: dict[str, list[tuple[str, int]]] = {}
         seen_unmovable: set[int] = set()
-        tensors, _ = _core.tracked_tensors()
+        tensors, _, self._walk_note = _core.tracked_tensors()
         if self._only is not None:
             keys = {t.untyped_storage()._cdata for t in self._only}
             tensors = [t for t in tensors if t.layout == torch.strided]

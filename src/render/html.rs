@@ -33,8 +33,8 @@ const STYLE: &str = "<style>\
 .memlab-report tfoot td{font-weight:bold}\
 </style>";
 
-/// Render sections as HTML: one table per device.
-pub fn render(sections: &[DeviceSection]) -> String {
+/// Render sections as HTML: one table per device, then why the report may be incomplete.
+pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
     let mut out = String::from("<div class=\"memlab-rs\">");
     out.push_str(STYLE);
     for s in sections {
@@ -95,6 +95,9 @@ pub fn render(sections: &[DeviceSection]) -> String {
             }
         }
         out.push_str("</tfoot></table>");
+    }
+    if let Some(why) = incomplete {
+        let _ = write!(out, "<p><b>Incomplete:</b> {}</p>", escape(why));
     }
     out.push_str("</div>");
     out

@@ -50,8 +50,8 @@ fn row(r: &Row) -> String {
     )
 }
 
-/// Render sections as a JSON document: `{"devices": [...]}`.
-pub fn render(sections: &[DeviceSection]) -> String {
+/// Render sections as a JSON document: `{"devices": [...], "incomplete": null | why}`.
+pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
     let devices: Vec<String> = sections
         .iter()
         .map(|s| {
@@ -81,7 +81,11 @@ pub fn render(sections: &[DeviceSection]) -> String {
             )
         })
         .collect();
-    format!("{{\"devices\":[{}]}}", devices.join(","))
+    format!(
+        "{{\"devices\":[{}],\"incomplete\":{}}}",
+        devices.join(","),
+        optional(incomplete.map(string))
+    )
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@ fn rule(out: &mut String) {
 }
 
 /// Render sections as pytorch_memlab's `MemReporter.report()` prints them. With `verbose`,
-/// a row sharing another's storage shows `name(->owner)`.
-pub fn render(sections: &[DeviceSection], verbose: bool) -> String {
+/// a row sharing another's storage shows `name(->owner)`. A report that may miss tensors
+/// ends with a line that says why (`incomplete`).
+pub fn render(sections: &[DeviceSection], verbose: bool, incomplete: Option<&str>) -> String {
     let mut out = String::new();
     row(&mut out, "Element type", "Size", "Used MEM");
     for section in sections {
@@ -69,6 +70,9 @@ pub fn render(sections: &[DeviceSection], verbose: bool) -> String {
             accounting(&mut out, section);
         }
         rule(&mut out);
+    }
+    if let Some(why) = incomplete {
+        let _ = writeln!(out, "Incomplete: {why}");
     }
     out
 }

@@ -1,8 +1,6 @@
 //! MemReporter's core: gc walk -> tensor facts -> deduplicated rows -> renderers.
 
 pub mod facts;
-pub mod gc_lists;
-pub mod gc_objects;
 pub mod records;
 pub mod table;
 pub mod walk;
@@ -12,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::gc_walk;
 use crate::render;
 use crate::stats::driver;
 use records::{CudaAccounting, DeviceSection};
@@ -52,22 +51,6 @@ pub fn collect_report(
         sections: table::build_sections(facts),
         stats,
     })
-}
-
-/// Every tensor the gc walk finds, and how it found them: the walk `collect_report` uses,
-/// exposed so that tests can compare it with `gc.get_objects()`. `held` are objects the
-/// caller keeps alive (start points for the walk).
-#[pyfunction]
-#[pyo3(signature = (held=Vec::new()))]
-pub fn tracked_tensors<'py>(
-    py: Python<'py>,
-    held: Vec<Bound<'py, PyAny>>,
-) -> PyResult<(Vec<Bound<'py, PyAny>>, &'static str)> {
-    let torch = py.import("torch")?;
-    let base = facts::TorchHandles::new(&torch)?.tensor_base;
-    let held: Vec<*mut pyo3::ffi::PyObject> = held.iter().map(|o| o.as_ptr()).collect();
-    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, base.as_type_ptr())?;
-    Ok((tensors, strategy.name()))
 }
 
 fn parse_sort(sort_by: Option<&str>) -> PyResult<SortBy> {
@@ -115,7 +98,7 @@ impl ReportTable {
         }
         Self {
             sections,
-            stats: self.stats,
+            stats: self.stats.clone(),
         }
     }
 
@@ -138,7 +121,7 @@ impl ReportTable {
         table::sort_and_cut(&mut sections, order, top);
         Ok(Self {
             sections,
-            stats: self.stats,
+            stats: self.stats.clone(),
         })
     }
 
@@ -158,8 +141,16 @@ impl ReportTable {
         d.set_item("tensors", self.stats.tensors)?;
         d.set_item("walk_seconds", self.stats.walk_seconds)?;
         d.set_item("facts_seconds", self.stats.facts_seconds)?;
-        d.set_item("thread_limit", gc_lists::thread_limit())?;
+        d.set_item("thread_limit", gc_walk::chains::thread_limit())?;
+        d.set_item("incomplete", self.stats.incomplete.as_deref())?;
         Ok(d)
+    }
+
+    /// Why the report may miss tensors (None when it does not): a walk made during a
+    /// garbage collection, or frozen objects that could not be searched.
+    #[getter]
+    fn incomplete(&self) -> Option<&str> {
+        self.stats.incomplete.as_deref()
     }
 
     /// The device names, in report order.
@@ -170,17 +161,17 @@ impl ReportTable {
     /// pytorch_memlab's text layout; `verbose` shows `name(->owner)` for shared storages.
     #[pyo3(signature = (verbose=false))]
     fn text(&self, verbose: bool) -> String {
-        render::memlab_text::render(&self.sections, verbose)
+        render::memlab_text::render(&self.sections, verbose, self.incomplete())
     }
 
     /// A self-contained HTML table per device.
     fn html(&self) -> String {
-        render::html::render(&self.sections)
+        render::html::render(&self.sections, self.incomplete())
     }
 
     /// The report as a JSON document.
     fn json(&self) -> String {
-        render::json::render(&self.sections)
+        render::json::render(&self.sections, self.incomplete())
     }
 
     /// Per-device totals as dicts.

@@ -13,13 +13,15 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::facts::FactReader;
-use super::gc_objects::{self, Strategy};
 use super::records::TensorFacts;
+use crate::gc_walk::{self, Strategy};
 
-/// How a walk went: where the objects came from and where the time went.
-#[derive(Clone, Copy, Debug)]
+/// How a walk went: where the objects came from, whether it may have missed some, and
+/// where the time went.
+#[derive(Clone, Debug)]
 pub struct WalkStats {
     pub strategy: Strategy,
+    pub incomplete: Option<String>,
     pub tensors: usize,
     pub walk_seconds: f64,
     pub facts_seconds: f64,
@@ -50,10 +52,10 @@ pub fn collect_facts<'py>(
     // Objects we hold are alive and tracked: good places to start walking from.
     let held: Vec<*mut ffi::PyObject> = order.iter().map(|(t, _)| t.as_ptr()).collect();
     let started = Instant::now();
-    let (tensors, strategy) = gc_objects::tracked_objects(py, &held, base)?;
+    let walk = gc_walk::instances(py, &held, base)?;
     let walk_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    for tensor in tensors {
+    for tensor in walk.objects {
         if seen.insert(tensor.as_ptr() as usize) {
             order.push((tensor, None));
         }
@@ -92,7 +94,8 @@ pub fn collect_facts<'py>(
         }
     }
     let stats = WalkStats {
-        strategy,
+        strategy: walk.strategy,
+        incomplete: walk.incomplete,
         tensors: order.len(),
         walk_seconds,
         facts_seconds: started.elapsed().as_secs_f64(),
