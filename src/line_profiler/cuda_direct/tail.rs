@@ -127,10 +127,12 @@ pub fn locate(
     match fits.len() {
         1 => Ok(fits.pop().expect("one").1),
         0 => Err(format!(
-            "the counters after requested_bytes ({}) are in no known order",
+            "the counters after requested_bytes are in no known order (memory there: {:?}; \
+             torch: {})",
+            &memory[..memory.len().min(20)],
             returned
                 .iter()
-                .map(|n| n.as_str())
+                .map(|n| format!("{n}={}", value_of(n).unwrap_or_default()))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
@@ -227,6 +229,8 @@ mod tests {
         memory[1] = 0; // num_ooms differs
         let error = locate(&memory, |n| binding.get(n).copied()).unwrap_err();
         assert!(error.contains("no known order"), "{error}");
+        assert!(error.contains("memory there: [2, 0, 3,"), "{error}");
+        assert!(error.contains("num_ooms=1"), "{error}");
     }
 
     #[test]
