@@ -13,9 +13,9 @@
 //! 2. In that object we look for the exact values the binding just returned: the
 //!    `StatArray`s allocation .. reserved_bytes back to back, then active_bytes ..
 //!    requested_bytes back to back a little further on (newer releases keep a map of
-//!    per-pool reserved bytes between), then right after them the scalars `num_ooms` ..
-//!    `max_split_size` in one of the orders of `tail` (accepted only when exactly one
-//!    known order fits every value).
+//!    per-pool reserved bytes between), then right after them the scalars
+//!    `num_alloc_retries` .. `max_split_size` in one of the orders of `tail` (accepted
+//!    only when exactly one known order fits every value).
 //! 3. Only ranges that `/proc/self/maps` lists as readable are ever read.
 //!
 //! # Nothing is served stale
@@ -26,7 +26,8 @@
 //!   binding at every sample in which any `reserved_bytes` word differs from its value at
 //!   the last binding read: a pool's reserved bytes change only when a segment is mapped,
 //!   unmapped or freed, or by a reset, and each of those moves `reserved_bytes`. Our own
-//!   peak resets are mirrored in the sample (`Source::reset_peaks`);
+//!   peak resets are mirrored in the sample (`Source::reset_peaks`), and the checks below
+//!   compare these values too, so a change this rule misses ends direct reading;
 //! - anything else the binding returns (a counter a future torch adds, or the scalars if
 //!   no known order fits): then the direct reader is not used at all and the binding is
 //!   read at every sample (`why_not` says which statistics were not located).
