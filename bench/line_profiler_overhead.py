@@ -250,6 +250,13 @@ def main():
     per_line_cost(args.rounds)
     if HAVE_CUDA and not args.skip_gpu:
         gpu_workloads(args.rounds, args.steps)
+    if HAVE_CUDA:
+        compared, mismatched, inconclusive = memlab_rs._core._cuda_direct_checks(0)
+        print(f"\nmemlab_rs direct reader checked against torch: {compared} compared, "
+              f"{mismatched} mismatched, {inconclusive} inconclusive")
+        notice = memlab_rs._core._cuda_direct_notice(0)
+        if notice:
+            print(notice)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        line_profiler::cuda_direct::_cuda_direct_notice,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        line_profiler::cuda_direct::_cuda_direct_checks,
+        m
+    )?)?;
     use line_profiler::hooks;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_start, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_monitoring_on_resume, m)?)?;

@@ -7,6 +7,8 @@ line's peak), from the same allocator state (``empty_cache()`` before each run).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -181,3 +183,260 @@ def test_set_target_gpu_switches_inside_a_profiled_function(script):
     assert lines["'a = torch.empty(256, 1024, device=\"cuda:0\")'"] == str(MiB)
     assert lines["'b = torch.empty(512, 1024, device=\"cuda:1\")'"] == str(2 * MiB)
     assert lines["'c = torch.empty(1024, 1024, device=\"cuda:0\")'"] == "0"  # not GPU 1
+
+
+# The direct reader (src/line_profiler/cuda_direct.rs) against torch's binding. Each runs in
+# a fresh interpreter: the reader's state (located fields, fallbacks, check counts) is
+# per process.
+
+SHIFTED_BINDING = """
+import os, re
+os.environ["MEMLAB_RS_CUDA_REVALIDATE_SAMPLES"] = "{every}"
+import torch
+from memlab_rs import LineProfiler, _core
+
+real = torch._C._cuda_memoryStats
+armed = False
+
+
+def shifted(device):
+    # torch's answer, 512 bytes off once armed: memory and torch then disagree, and
+    # nothing in the allocator is touched.
+    stats = real(device)
+    if armed:
+        stats["allocated_bytes"]["all"]["current"] += 512
+    return stats
+
+
+torch._C._cuda_memoryStats = shifted  # before any profiler takes the binding
+
+
+def lines(n):
+    x = torch.empty(1024, device="cuda")
+    for _ in range(n):
+        y = x + 1
+        del y
+    return x
+
+
+def until_direct(lp):
+    for _ in range(20):
+        if lp.stats_reader == "allocator memory":
+            return
+        lines(1)
+    raise SystemExit(f"never read from memory: {{_core._cuda_direct_why_not(0)}}")
+
+
+torch.empty(1, device="cuda")  # CUDA up and something allocated: the reader can be found
+"""
+
+NOTICE = re.compile(
+    r"cuda:0 statistics read through torch\._C\._cuda_memoryStats after sample (\d+): "
+    r"allocator memory said allocated_bytes\.all\.current=(\d+), torch said (\d+)"
+)
+
+
+def printed(out: str, label: str) -> str:
+    """What the script printed after `label` on the line that starts with it."""
+    lines = [x for x in out.splitlines() if x.startswith(label + " ")]
+    assert lines, f"no {label!r} line in:\n{out}"
+    return lines[-1][len(label) + 1 :]
+
+
+def printed_ints(out: str, label: str) -> list[int]:
+    return [int(word) for word in printed(out, label).split()]
+
+
+def shifted_notice(out: str) -> tuple[int, int, int]:
+    """(sample, memory, torch) from the notice the script printed on its `notice` line."""
+    found = NOTICE.search(printed(out, "notice"))
+    assert found, out
+    return tuple(int(g) for g in found.groups())
+
+
+def test_a_mismatch_on_the_schedule_falls_back_to_the_binding_and_says_why(script):
+    out = script(
+        SHIFTED_BINDING.format(every=64)
+        + """
+lp = LineProfiler(lines)
+with lp:
+    until_direct(lp)
+    print("before", lp.stats_reader)
+    armed = True
+    kept = lines(100)  # 300 line events: past several checks (one every 64 samples)
+    print("after", lp.stats_reader)
+    kept = lines(3)  # still profiled, through the binding
+print("checks", *_core._cuda_direct_checks(0))
+print("notice", _core._cuda_direct_notice(0))
+rows = lp.display(lines, ["allocated_bytes.all.allocated"]).records()
+print("hits", sum(r["hits"] for r in rows))
+"""
+    )
+    assert printed(out, "before") == "allocator memory"
+    assert printed(out, "after") == "torch._C._cuda_memoryStats"
+    sample, memory, torch_said = shifted_notice(out)
+    assert torch_said - memory == 512
+    assert 64 <= sample <= 64 * 3 + 40  # at the first scheduled check after arming
+    compared, mismatched, _ = printed_ints(out, "checks")
+    assert mismatched == 1
+    assert compared >= 2  # the check at first use agreed, the scheduled one did not
+    assert printed_ints(out, "hits")[0] >= 300  # profiling went on after the fallback
+
+
+def test_a_mismatch_is_caught_at_disable(script):
+    # No scheduled check can come (a million samples apart, and the clock is read only
+    # every 64 samples): only disable() checks. Needs the engine to call Source::validate
+    # in disable().
+    out = script(
+        SHIFTED_BINDING.format(every=1_000_000)
+        + """
+lp = LineProfiler(lines)
+with lp:
+    until_direct(lp)
+    armed = True
+    kept = lines(2)
+    print("still", lp.stats_reader, _core._cuda_direct_notice(0))
+print("notice", _core._cuda_direct_notice(0))
+"""
+    )
+    assert printed(out, "still") == "allocator memory None"
+    _, memory, torch_said = shifted_notice(out)
+    assert torch_said - memory == 512
+
+
+def test_a_mismatch_is_caught_when_another_profiler_enables(script):
+    # The source is shared, so enabling a second profiler creates nothing: only the
+    # engine's call to Source::validate in enable() checks.
+    out = script(
+        SHIFTED_BINDING.format(every=1_000_000)
+        + """
+first = LineProfiler(lines)
+with first:
+    until_direct(first)
+    armed = True
+    second = LineProfiler(lines)
+    second.enable()
+    print("first", first.stats_reader)
+    print("second", second.stats_reader)
+    second.disable()
+print("notice", _core._cuda_direct_notice(0))
+"""
+    )
+    assert printed(out, "first") == "torch._C._cuda_memoryStats"
+    assert printed(out, "second") == "torch._C._cuda_memoryStats"
+    _, memory, torch_said = shifted_notice(out)
+    assert torch_said - memory == 512
+
+
+TRAINING = """
+import os
+os.environ["MEMLAB_RS_CUDA_REVALIDATE_SAMPLES"] = "1"  # check at every sample
+{setup}
+import torch
+from memlab_rs import LineProfiler, _core
+
+torch.manual_seed(0)
+try:
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.models.gpt2 import modeling_gpt2 as gpt2
+
+    model = GPT2LMHeadModel(GPT2Config()).cuda()  # GPT-2 small: 124M parameters
+    inner = [
+        getattr(getattr(gpt2, cls), "forward")
+        for cls in ("GPT2Block", "GPT2Attention", "GPT2MLP")
+        if hasattr(gpt2, cls)
+    ]
+    vocab = model.config.vocab_size
+
+    def loss_of(ids):
+        return model(ids, labels=ids).loss
+
+except ImportError:
+    from memlab_rs.models import Block, TinyGPT
+
+    model = TinyGPT(vocab=50257, dim=768, layers=12, heads=12, context=1024).cuda()
+    inner = [Block.forward]
+    vocab = 50257
+
+    def loss_of(ids):
+        logits = model(ids)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+ids = torch.randint(0, vocab, (4, 128), device="cuda")
+params = sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def step():
+    loss = loss_of(ids)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def train(steps):
+    step()  # warm-up: optimizer state, and a private pool's first segments
+    readers = set()
+    with LineProfiler(step, *inner) as lp:
+        for _ in range(steps):
+            step()
+            readers.add(lp.stats_reader)
+    torch.cuda.synchronize()
+    print("readers", sorted(readers))
+    print("checks", *_core._cuda_direct_checks(0))
+    print("notice", _core._cuda_direct_notice(0))
+    print("peak", lp.peak_memory_stats()["allocated_bytes.all.peak"], params)
+    print("why", _core._cuda_direct_why_not(0))
+
+
+{run}
+"""
+
+
+def assert_equal_to_the_binding(out: str):
+    assert printed(out, "readers") == "['allocator memory']", printed(out, "why")
+    compared, mismatched, inconclusive = printed_ints(out, "checks")
+    assert mismatched == 0, printed(out, "notice")
+    assert compared >= 300, out  # one per line event, and at first use
+    assert inconclusive <= compared // 10, out
+    assert printed(out, "notice") == "None"
+    peak, params = printed_ints(out, "peak")
+    assert peak >= 3 * params  # weights, grads and AdamW's two moments at least
+
+
+def test_direct_reader_equals_the_binding_on_gpt2_with_expandable_segments(script):
+    out = script(
+        TRAINING.format(
+            setup='os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"',
+            run="""
+train(steps=3)
+segments = torch.cuda.memory_snapshot()
+print("expandable", any(s.get("is_expandable") for s in segments))
+""",
+        ),
+        timeout=600,
+    )
+    assert printed(out, "expandable") == "True"  # the setting took: segments grow by mapping
+    assert_equal_to_the_binding(out)
+
+
+@pytest.mark.skipif(
+    not (hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool")),
+    reason=f"torch {torch.__version__} has no torch.cuda.MemPool / use_mem_pool",
+)
+def test_direct_reader_equals_the_binding_on_gpt2_in_a_mem_pool(script):
+    out = script(
+        TRAINING.format(
+            setup="",
+            run="""
+pool = torch.cuda.MemPool()
+with torch.cuda.use_mem_pool(pool):
+    train(steps=3)
+print("pool_segments", len(pool.snapshot()))
+""",
+        ),
+        timeout=600,
+    )
+    assert printed_ints(out, "pool_segments")[0] > 0  # the steps allocated in the pool
+    assert_equal_to_the_binding(out)

@@ -40,3 +40,10 @@ class ReportTable:
     def json(self) -> str: ...
     def sections(self) -> list[dict[str, Any]]: ...
     def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
+
+# CUDA direct reader: its checks against torch's binding (src/line_profiler/cuda_direct.rs).
+def _cuda_direct_notice(device: int) -> str | None:
+    """Why ``cuda:device`` went back to the binding after memory disagreed with torch."""
+
+def _cuda_direct_checks(device: int) -> tuple[int, int, int]:
+    """Checks against the binding in this process: (compared, mismatched, inconclusive)."""

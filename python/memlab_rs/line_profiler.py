@@ -134,9 +134,10 @@ class LineProfiler:
         """How statistics are read while enabled (None when disabled).
 
         ``"allocator memory"``: CUDA statistics read from the caching allocator's own
-        fields, located once and checked against torch whenever a segment comes or goes;
-        ``"torch._C._cuda_memoryStats"``: the binding, on every line (set
-        ``MEMLAB_RS_CUDA_STATS=binding`` to force it); ``"storage counts"``: CPU.
+        fields, located once and checked against torch at enable, disable and every few
+        thousand lines or every second; ``"torch._C._cuda_memoryStats"``: the binding, on
+        every line (set ``MEMLAB_RS_CUDA_STATS=binding`` to force it; it also takes over
+        for good after any disagreement, and the report says so); ``"storage counts"``: CPU.
         """
         return self._collector.stats_reader
 

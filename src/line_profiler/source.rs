@@ -5,15 +5,15 @@
 //! sample the source's peaks are reset to their current values, which is a no-op (and is
 //! skipped) when no peak is above its current value.
 
+mod cuda;
+
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use std::sync::Arc;
+pub use cuda::{READER_BINDING, READER_DIRECT};
 
-use super::cuda_direct::{self, DirectStats};
-use super::layout::{flatten_names, read_values, Layout, StatKind};
+use super::layout::{Layout, StatKind};
 
 /// Which memory a source reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,51 +41,17 @@ pub struct Source {
     pub growth: Vec<i64>,
     previous: Vec<i64>,
     primed: bool,
-    cuda: Option<CudaCalls>,
+    cuda: Option<cuda::CudaSource>,
 }
-
-/// The torch bindings a CUDA sample calls: about 10 us and 2 us on an H100, against 75 us
-/// for `torch.cuda.memory_stats()`, which flattens and sorts the same dict in Python.
-/// Once found, the statistics are read from the allocator's memory (see `cuda_direct`).
-struct CudaCalls {
-    stats: Py<PyAny>,
-    reset_peaks: Py<PyAny>,
-    device_count: Py<PyAny>,
-    torch_cuda: Py<PyAny>,
-    initialized: bool,
-    direct: Option<Arc<DirectStats>>,
-    /// Binding samples until the next look for the allocator's fields.
-    until_search: u32,
-    /// Layout indexes of segment.all.allocated and .freed: when they move, the scalars the
-    /// direct reader does not cover may have changed, so the binding is read again.
-    segments: Option<(usize, usize)>,
-}
-
-/// How a CUDA source reads its statistics (for benchmarks and tests).
-pub const READER_DIRECT: &str = "allocator memory";
-pub const READER_BINDING: &str = "torch._C._cuda_memoryStats";
 
 impl Source {
     pub fn new(py: Python<'_>, device: Device) -> PyResult<Self> {
         let (layout, cuda) = match device {
             Device::Cpu => (Layout::cpu(), None),
-            Device::Cuda(_) => {
-                let c = py.import("torch")?.getattr("_C")?;
-                let calls = CudaCalls {
-                    stats: c.getattr("_cuda_memoryStats")?.unbind(),
-                    reset_peaks: c.getattr("_cuda_resetPeakMemoryStats")?.unbind(),
-                    device_count: c.getattr("_cuda_getDeviceCount")?.unbind(),
-                    torch_cuda: py.import("torch.cuda")?.into_any().unbind(),
-                    initialized: false,
-                    direct: None,
-                    until_search: 0,
-                    segments: None,
-                };
-                // Until CUDA is initialised the allocator holds nothing and the names are
-                // unknown: the layout is learned from the first real sample, and every
-                // vector sized by it grows then, filled with the zeros it would have read.
-                (Layout::default(), Some(calls))
-            }
+            // Until CUDA is initialised the allocator holds nothing and the names are
+            // unknown: the layout is learned from the first real sample, and every vector
+            // sized by it grows then, filled with the zeros it would have read.
+            Device::Cuda(index) => (Layout::default(), Some(cuda::CudaSource::new(py, index)?)),
         };
         let n = layout.len();
         Ok(Self {
@@ -101,9 +67,16 @@ impl Source {
 
     /// Read every statistic. The first sample after (re)priming only sets the baseline.
     pub fn sample(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self.device {
-            Device::Cpu => CPU.read(&mut self.current),
-            Device::Cuda(index) => self.read_cuda(py, index)?,
+        match &mut self.cuda {
+            None => CPU.read(&mut self.current),
+            Some(cuda) => {
+                cuda.read(py, &mut self.layout, &mut self.current)?;
+                if self.previous.len() != self.current.len() {
+                    // The layout was just learned.
+                    self.growth = vec![0; self.current.len()];
+                    self.previous = vec![0; self.current.len()];
+                }
+            }
         }
         for i in 0..self.layout.len() {
             let (now, before) = (self.current[i], self.previous[i]);
@@ -138,12 +111,9 @@ impl Source {
         for &(peak, current) in &self.layout.pairs {
             self.current[peak] = self.current[current];
         }
-        match (self.device, &self.cuda) {
-            (Device::Cpu, _) => CPU.reset_peaks(),
-            (Device::Cuda(index), Some(calls)) if calls.initialized => {
-                calls.reset_peaks.call1(py, (index,))?;
-            }
-            _ => {}
+        match &self.cuda {
+            None => CPU.reset_peaks(),
+            Some(cuda) => cuda.reset_peaks(py)?,
         }
         Ok(())
     }
@@ -151,107 +121,21 @@ impl Source {
     /// How this source reads its statistics.
     pub fn reader(&self) -> &'static str {
         match &self.cuda {
-            Some(calls) if calls.direct.is_some() => READER_DIRECT,
-            Some(_) => READER_BINDING,
+            Some(cuda) => cuda.reader(),
             None => "storage counts",
         }
     }
 
-    fn read_cuda(&mut self, py: Python<'_>, index: i64) -> PyResult<()> {
-        let Some(calls) = self.cuda.as_mut() else {
-            return Ok(());
-        };
-        if !calls.initialized {
-            // Asking torch for stats before CUDA is up would initialise it: never do that.
-            let ready = calls
-                .torch_cuda
-                .getattr(py, "_initialized")?
-                .extract::<bool>(py)?;
-            if !ready {
-                return Ok(());
-            }
-            calls.initialized = true;
+    /// Check a CUDA source's direct reader against torch's binding now, and read through
+    /// the binding for good if they differ (see `cuda_direct`). The engine calls it at
+    /// `enable()` and `disable()`; a source checks by itself when it starts using the
+    /// reader and on a schedule. It changes no sample; nothing to do for CPU or a source
+    /// on the binding.
+    pub fn validate(&mut self, py: Python<'_>) -> PyResult<()> {
+        match &mut self.cuda {
+            Some(cuda) => cuda.validate(py, &self.layout, &self.current),
+            None => Ok(()),
         }
-        if let Some(direct) = &calls.direct {
-            direct.read(&mut self.current);
-            let moved = calls.segments.is_none_or(|(allocated, freed)| {
-                self.current[allocated] != self.previous[allocated]
-                    || self.current[freed] != self.previous[freed]
-            });
-            if !moved {
-                return Ok(());
-            }
-            // A segment came or went: refresh the scalars from torch, and check that
-            // memory still says what torch says (when nothing changed meanwhile).
-            let before = self.current.clone();
-            let fresh = Self::read_binding(py, calls, index, &mut self.layout)?;
-            let mut after = before.clone();
-            direct.read(&mut after);
-            if after == before && !direct.agrees_with(&fresh) {
-                calls.direct = None;
-                cuda_direct::reject(index as usize, "memory disagreed with torch".into());
-            }
-            self.current = fresh;
-            return Ok(());
-        }
-        let values = Self::read_binding(py, calls, index, &mut self.layout)?;
-        if self.current.len() != values.len() {
-            let n = values.len();
-            self.growth = vec![0; n];
-            self.previous = vec![0; n];
-        }
-        self.current = values;
-        if calls.until_search == 0 {
-            // Real scans are capped per process; "nothing allocated yet" is cheap and
-            // asks again at the next sample.
-            calls.until_search = 32;
-            let count = calls.device_count.call0(py)?.extract::<usize>(py)?;
-            let device = usize::try_from(index).unwrap_or(usize::MAX);
-            if device < count {
-                match cuda_direct::located(device, count, &self.layout, &self.current) {
-                    cuda_direct::Located::Found(direct) => calls.direct = Some(direct),
-                    cuda_direct::Located::NotYet => calls.until_search = 0,
-                    cuda_direct::Located::No => {}
-                }
-            }
-            if calls.direct.is_some() {
-                let index_of = |name: &str| self.layout.index(name);
-                calls.segments =
-                    index_of("segment.all.allocated").zip(index_of("segment.all.freed"));
-            }
-        } else {
-            calls.until_search -= 1;
-        }
-        Ok(())
-    }
-
-    /// One call of the binding, read into a vector in `layout` order (learned on first use).
-    fn read_binding(
-        py: Python<'_>,
-        calls: &CudaCalls,
-        index: i64,
-        layout: &mut Layout,
-    ) -> PyResult<Vec<i64>> {
-        let stats = calls.stats.call1(py, (index,))?;
-        let stats = stats.bind(py).cast::<PyDict>()?;
-        if layout.is_empty() {
-            *layout = Layout::new(flatten_names(stats)?);
-        }
-        let mut values = vec![0; layout.len()];
-        if read_values(stats, &mut values) != layout.len() {
-            // A different shape than the first sample: read it by name (never seen with
-            // any torch release, but numbers must not shift silently if it happens).
-            let names = flatten_names(stats)?;
-            let mut found = vec![0; names.len()];
-            read_values(stats, &mut found);
-            values.iter_mut().for_each(|v| *v = 0);
-            for (name, value) in names.iter().zip(found) {
-                if let Some(i) = layout.index(name) {
-                    values[i] = value;
-                }
-            }
-        }
-        Ok(values)
     }
 }
 
