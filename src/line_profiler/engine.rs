@@ -158,7 +158,12 @@ impl Engine {
         }
         let device = self.collector(id)?.device;
         self.use_source(py, device)?;
-        if let Err(error) = self.sample_all(py) {
+        // A source already in use (another profiler on this device) is checked against
+        // torch again; a new one checks itself when it first uses the direct reader.
+        let checked = self
+            .source_index(device)
+            .map_or(Ok(()), |i| self.sources[i].validate(py));
+        if let Err(error) = checked.and_then(|()| self.sample_all(py)) {
             // A source that cannot be read must not stay behind and fail every later
             // event of the other profilers.
             self.drop_unused_sources();
@@ -185,8 +190,12 @@ impl Engine {
         if !self.collector(id)?.enabled {
             return Ok(Vec::new());
         }
-        self.sample_all(py)?;
         let device = self.collector(id)?.device;
+        // Checked before the last sample: if memory disagrees, that sample is torch's.
+        if let Some(i) = self.source_index(device) {
+            self.sources[i].validate(py)?;
+        }
+        self.sample_all(py)?;
         let source = self.source_index(device);
         let collector = self.collector_mut(id)?;
         collector.enabled = false;
