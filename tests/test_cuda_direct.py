@@ -4,7 +4,6 @@ against torch's binding in test_line_profiler_cuda.py)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from memlab_rs import _core
 
@@ -17,15 +16,23 @@ def test_a_bad_revalidation_setting_is_a_clear_error(monkeypatch):
     assert not collector.enabled
 
 
-@pytest.mark.skipif(torch.cuda.is_initialized(), reason="CUDA is already up in this process")
-def test_a_good_revalidation_setting_is_taken_and_initialises_nothing(monkeypatch):
-    monkeypatch.setenv("MEMLAB_RS_CUDA_REVALIDATE_SAMPLES", "64")
-    collector = _core.LineCollector("cuda:0")
-    collector.enable()
-    try:
-        assert collector.enabled
-        assert collector.stats_reader == "torch._C._cuda_memoryStats"
-        assert not torch.cuda.is_initialized()
-    finally:
-        collector.disable()
-    assert collector.stats_reader is None
+def test_a_good_revalidation_setting_is_taken_and_initialises_nothing(script):
+    # A fresh interpreter: whether CUDA is up must not depend on the tests run before.
+    out = script(
+        """
+        import os, torch
+        os.environ["MEMLAB_RS_CUDA_REVALIDATE_SAMPLES"] = "64"
+        from memlab_rs import _core
+        collector = _core.LineCollector("cuda:0")
+        collector.enable()
+        try:
+            assert collector.enabled
+            assert collector.stats_reader == "torch._C._cuda_memoryStats"
+            assert not torch.cuda.is_initialized()
+        finally:
+            collector.disable()
+        assert collector.stats_reader is None
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"
