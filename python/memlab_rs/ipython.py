@@ -113,7 +113,10 @@ class MemlabMagics(Magics):
         except SyntaxError as error:
             raise UsageError(f"%mlrun: the code to run is not valid Python: {error}") from None
         defined = dict(_code_objects(compiled))
-        profiler = LineProfiler(target_gpu=args.gpu, device=args.device)
+        try:  # a GPU or device that does not exist, before anything runs
+            profiler = LineProfiler(target_gpu=args.gpu, device=args.device)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"%mlrun: {error}") from None
         for name in args.function:
             if name in defined:  # defined by the code we are about to run
                 profiler._add_code(defined[name], name)
@@ -130,6 +133,10 @@ class MemlabMagics(Magics):
         columns = ([] if args.no_default_columns else list(DEFAULT_COLUMNS)) + args.column
         if not columns:
             raise UsageError("%mlrun: -D hides the default columns: add some with -c COLS")
+        try:  # a column that does not exist, before the statement runs
+            profiler._checked_columns(columns)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"%mlrun -c: {error}") from None
         with profiler:
             exec(compiled, global_ns, local_ns)
         shown = profiler.display(columns=columns)
