@@ -160,7 +160,7 @@ class Courtesy:
         self._book = _core.HostBook()
         self._buffers: list[torch.Tensor] = []
         # record -> (device, [(weak tensor, offset, size, stride)])
-        self._moved: dict[int, tuple[torch.device, list[tuple[Any, int, Any, Any]]]] = {}
+        self._moved: dict[int, tuple[torch.device, list[tuple[Any, Any, Any, Any]]]] = {}
         self.last_yield: YieldReport | None = None
         #: seconds since the start of the last yield at the end of each phase (benchmarks)
         self.phases: dict[str, float] = {}
@@ -284,7 +284,12 @@ class Courtesy:
         log.info("%s", report)
         return report
 
-    def _group(self):
+    def _group(
+        self,
+    ) -> tuple[
+        dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]],
+        dict[str, list[tuple[str, int]]],
+    ]:
         """The storages to move, each with the tensors on it, and what cannot move. A
         method of its own so that no loop variable keeps a CUDA storage alive after it."""
         groups: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
@@ -340,7 +345,8 @@ class Courtesy:
         'Courtesy: nothing to restore'
         """
         start = time.perf_counter()
-        alive, dead = [], []
+        alive: list[tuple[int, int, int, int, int]] = []
+        dead: list[tuple[int, int, int, int, int]] = []
         for record, device, nbytes, buffer, offset in self._book.pending():
             entries = self._moved[record][1]
             (alive if any(ref() is not None for ref, *_ in entries) else dead).append(
@@ -353,9 +359,9 @@ class Courtesy:
         targets = []
         failure = None
         for record, _, nbytes, buffer, offset in alive:
-            device = self._moved[record][0]
+            home = self._moved[record][0]
             try:
-                target = self._allocate(nbytes, device)
+                target = self._allocate(nbytes, home)
             except torch.cuda.OutOfMemoryError as error:
                 failure = error
                 break

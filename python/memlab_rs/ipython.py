@@ -29,7 +29,7 @@ _TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
 def _split(line: str) -> tuple[str, str]:
     """(options, statement): the statement is the rest of the line, exactly as typed."""
     at = 0
-    options = []
+    options: list[str] = []
     while True:
         match = _TOKEN.search(line, at)
         if match is None:
@@ -104,10 +104,13 @@ class MemlabMagics(Magics):
             raise UsageError("%mlrun: nothing to run: give a statement, or use %%mlrun on a cell")
         if not args.function:
             raise UsageError("%mlrun: name the functions to profile with -f FUNC")
-        global_ns = self.shell.user_global_ns
-        local_ns = local_ns if local_ns is not None else self.shell.user_ns
-        source = self.shell.transform_cell(code) if cell is not None else code
-        filename = self.shell.compile.cache(source)
+        shell = self.shell
+        if shell is None:
+            raise UsageError("%mlrun runs inside an IPython shell")
+        global_ns = shell.user_global_ns
+        local_ns = local_ns if local_ns is not None else shell.user_ns
+        source = shell.transform_cell(code) if cell is not None else code
+        filename = shell.compile.cache(source)
         try:
             compiled = compile(source, filename, "exec")
         except SyntaxError as error:

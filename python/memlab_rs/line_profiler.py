@@ -91,8 +91,10 @@ class LineRecordsDisplay:
         """
         out = []
         for qualname, line, hits, code, values in self._view.records():
-            record = {"function": qualname, "line": line, "hits": hits, "code": code}
-            for column, value in zip(self.columns, values or [None] * len(self.columns)):
+            record: dict[str, Any] = {"function": qualname, "line": line, "hits": hits}
+            record["code"] = code
+            row: Sequence[int | None] = values if values is not None else [None] * len(self.columns)
+            for column, value in zip(self.columns, row):
                 record[column] = value
             out.append(record)
         return out

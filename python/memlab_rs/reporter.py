@@ -63,15 +63,13 @@ class MemoryReport:
     def rows(self) -> list[TensorRow]:
         """Every row, device by device."""
         cols = self._table.columns()
-        return [
-            TensorRow(
-                *(
-                    cols[key][i] if key not in _INT_COLUMNS else int(cols[key][i])
-                    for key in _ROW_FIELDS
-                )
-            )
-            for i in range(len(cols["name"]))
-        ]
+        rows = []
+        for i in range(len(cols["name"])):
+            fields: dict[str, Any] = {key: cols[key][i] for key in _ROW_FIELDS}
+            for key in _INT_COLUMNS:
+                fields[key] = int(fields[key])
+            rows.append(TensorRow(**fields))
+        return rows
 
     def sections(self) -> list[dict]:
         """Per-device totals: bytes, numel, and on CUDA the allocator's figures and the
