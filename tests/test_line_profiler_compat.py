@@ -215,3 +215,10 @@ def test_signatures_match_pytorch_memlab():
     assert memlab_rs.DEFAULT_COLUMNS == THEIR_DEFAULT_COLUMNS
     # pytorch_memlab's device_tensor_stat attribute exists too
     assert isinstance(memlab_rs.MemReporter().device_tensor_stat, dict)
+
+
+def test_column_docstring_examples():
+    import doctest
+
+    failures, tried = doctest.testmod(_columns, optionflags=doctest.ELLIPSIS)
+    assert tried >= 3 and failures == 0

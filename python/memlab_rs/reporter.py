@@ -251,7 +251,8 @@ class MemReporter:
         into ``device_tensor_stat``). What it keeps is plain data: no tensor stays alive.
 
         >>> import torch, memlab_rs
-        >>> reporter = memlab_rs.MemReporter(torch.nn.Linear(2, 2))
+        >>> lin = torch.nn.Linear(2, 2)
+        >>> reporter = memlab_rs.MemReporter(lin)
         >>> reporter.collect_tensor(); reporter.get_stats()
         >>> reporter.device_tensor_stat[torch.device("cpu")][:2]
         [('weight', (2, 2), 4, 16), ('bias', (2,), 2, 8)]
