@@ -4,15 +4,17 @@ are checked without a GPU."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
+import weakref
 
 import pytest
 import torch
 
 from memlab_rs import Courtesy, CourtesyRestoreError, _core
-from memlab_rs.courtesy import on_signal
+from memlab_rs.courtesy import Preemption, on_signal
 
 
 def test_nothing_to_move_says_so(script):
@@ -230,6 +232,7 @@ def test_checkpoint_gives_up_with_what_is_still_on_the_host():
     courtesy.full_for = 0
     courtesy.restore()  # and it can come back later
     assert courtesy.on_host == (0, 0) and torch.equal(x, copy)
+    del err  # pytest.raises' ExceptionInfo and this frame hold each other
 
 
 def test_checkpoint_deadline_and_bad_settings():
@@ -250,3 +253,29 @@ def test_checkpoint_deadline_and_bad_settings():
     with pytest.raises(ValueError, match="retry_seconds must be a number of seconds"):
         on_signal(courtesy=courtesy, retry_seconds=-1)
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_a_restore_that_gives_up_keeps_nothing_alive_through_cycles():
+    # The errors' tracebacks must not form cycles with the frames that hold the courtesy
+    # (and its pinned buffers): with gc off, dropping the error must free it all.
+    gc.disable()
+    try:
+        x = torch.randn(64)
+        courtesy = StillFull(100, _allow_cpu=True, _only=[x])
+        watch = weakref.ref(courtesy)
+        preemption = Preemption(courtesy, retry_seconds=0.0, max_retries=1)
+        preemption._yield.set()
+        preemption._restore.set()
+        try:
+            preemption.checkpoint(timeout=1)
+        except CourtesyRestoreError:
+            pass
+        else:
+            raise AssertionError("the restore should have given up")
+        preemption.close()
+        courtesy.full_for = 0
+        courtesy.restore()
+        del preemption, courtesy
+        assert watch() is None
+    finally:
+        gc.enable()

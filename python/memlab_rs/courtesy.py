@@ -391,14 +391,20 @@ class Courtesy:
         self.last_restore = report
         log.info("%s", report)
         if failure is not None:
-            raise CourtesyRestoreError(
-                f"restore() brought back {report.restored_storages} storages "
-                f"({readable_size(report.restored_bytes)}) but the GPU is still too full for "
-                f"the other {report.remaining_storages} ({readable_size(report.remaining_bytes)}"
-                f"): {failure}. Every tensor is still valid (those not restored live in host "
-                "memory); free GPU memory and call restore() again.",
-                report,
-            ) from failure
+            try:
+                raise CourtesyRestoreError(
+                    f"restore() brought back {report.restored_storages} storages "
+                    f"({readable_size(report.restored_bytes)}) but the GPU is still too full "
+                    f"for the other {report.remaining_storages} "
+                    f"({readable_size(report.remaining_bytes)}): {failure}. Every tensor is "
+                    "still valid (those not restored live in host memory); free GPU memory "
+                    "and call restore() again.",
+                    report,
+                ) from failure
+            finally:
+                # The error's traceback holds this frame: dropping the local breaks the
+                # cycle, so the error does not keep `self` (and its buffers) until gc runs.
+                failure = None
         return report
 
     @staticmethod
@@ -528,45 +534,55 @@ class Preemption:
         tries = 0
         while True:
             tries += 1
-            try:
-                self.courtesy.restore()
+            failure = self._try_restore()
+            if failure is None:
                 if tries > 1:
                     log.info("Courtesy: restore succeeded on try %d", tries)
                 return
-            except CourtesyRestoreError as error:
-                storages, nbytes = self.courtesy.on_host
-                elapsed = time.monotonic() - start
-                out_of_tries = tries > self.max_retries
-                past_deadline = (
-                    self.deadline_seconds is not None
-                    and elapsed + delay > self.deadline_seconds
+            storages, nbytes = self.courtesy.on_host
+            elapsed = time.monotonic() - start
+            out_of_tries = tries > self.max_retries
+            past_deadline = (
+                self.deadline_seconds is not None and elapsed + delay > self.deadline_seconds
+            )
+            if out_of_tries or past_deadline:
+                why = (
+                    f"{self.max_retries} retries"
+                    if out_of_tries
+                    else f"the {self.deadline_seconds:g} s deadline"
                 )
-                if out_of_tries or past_deadline:
-                    why = (
-                        f"{self.max_retries} retries"
-                        if out_of_tries
-                        else f"the {self.deadline_seconds:g} s deadline"
-                    )
+                try:
                     raise CourtesyRestoreError(
                         f"Preemption.checkpoint(): restore failed {tries} times in "
                         f"{elapsed:.1f} s ({why} used up); still on the host: {storages} "
-                        f"storages, {readable_size(nbytes)} ({nbytes} bytes). Every tensor "
-                        "is still valid (those not restored live in host memory); free GPU "
-                        f"memory and call restore() again. Last error: {error}",
-                        error.report,
-                    ) from error
-                log.warning(
-                    "Courtesy: restore try %d of %d failed, %d storages (%s) still on the "
-                    "host; next try in %.1f s: %s",
-                    tries,
-                    self.max_retries + 1,
-                    storages,
-                    readable_size(nbytes),
-                    delay,
-                    error,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, self.max_retry_seconds)
+                        f"storages, {readable_size(nbytes)} ({nbytes} bytes). Every tensor is "
+                        "still valid (those not restored live in host memory); free GPU memory "
+                        f"and call restore() again. Last error: {failure}",
+                        failure.report,
+                    ) from failure
+                finally:
+                    failure = None  # no cycle through this frame (see restore())
+            log.warning(
+                "Courtesy: restore try %d of %d failed, %d storages (%s) still on the host; "
+                "next try in %.1f s: %s",
+                tries,
+                self.max_retries + 1,
+                storages,
+                readable_size(nbytes),
+                delay,
+                str(failure),  # a string: a kept log record must not keep the traceback
+            )
+            failure = None
+            time.sleep(delay)
+            delay = min(delay * 2, self.max_retry_seconds)
+
+    def _try_restore(self) -> CourtesyRestoreError | None:
+        """``restore()``, its error returned rather than raised."""
+        try:
+            self.courtesy.restore()
+        except CourtesyRestoreError as error:
+            return error
+        return None
 
     def close(self) -> None:
         """Put back the signal handlers that were there before."""
