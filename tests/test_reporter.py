@@ -525,12 +525,12 @@ def test_truthy_verbose_and_integer_like_top(capsys):
     np = pytest.importorskip("numpy")
     base = torch.zeros(100)
     view = base[:10]
-    big = torch.zeros(1 << 16)
+    big = torch.zeros(1 << 23)  # 32 MiB: larger than what earlier tests leave alive
     reporter = MemReporter()
     reporter.report(verbose=1, device="cpu")
     assert "(->" in capsys.readouterr().out
     report = reporter.collect(device="cpu", top=np.int64(2), sort_by="size")
-    assert len(report.rows) == 2 and report.rows[0].bytes == 1 << 18
+    assert len(report.rows) == 2 and report.rows[0].shape == (1 << 23,)
     reporter.report(device="cpu", top=np.int32(1))
     assert "more tensors" in capsys.readouterr().out
     del base, view, big
