@@ -140,6 +140,17 @@ def test_target_gpu_that_does_not_exist_is_an_error():
         LineProfiler(target_gpu="gpu0")
 
 
+def test_a_wrong_device_names_the_parameter():
+    with pytest.raises(TypeError, match=r"device must be a torch.device.*got 1.5"):
+        LineProfiler(device=1.5)
+    with pytest.raises(ValueError, match="device='gpu' is not a device"):
+        LineProfiler(device="gpu")
+    with pytest.raises(ValueError, match="device=-1: a CUDA device index is 0 or more"):
+        LineProfiler(device=-1)
+    with pytest.raises(TypeError, match="device must be"):
+        LineProfiler(device=True)
+
+
 def test_columns_are_checked_with_a_clear_message():
     lp = LineProfiler(allocate, device="cpu")
     with lp:

@@ -160,13 +160,11 @@ def line_profiler_device(device: torch.device | str | int | None, target_gpu: in
     """The line profiler's memory source: ``"cuda:N"`` or ``"cpu"``.
 
     None means CUDA (``target_gpu``) when it is available, else the CPU. Asking whether
-    CUDA is available does not initialise it.
+    CUDA is available does not initialise it. A wrong value names the ``device`` parameter.
     """
     if device is None:
         return checked_cuda_device(target_gpu) if torch.cuda.is_available() else "cpu"
-    if isinstance(device, int):
-        return checked_cuda_device(device)
-    dev = torch.device(device)
+    dev = _parse_device(device, "device")
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
