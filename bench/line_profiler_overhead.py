@@ -3,7 +3,7 @@
 1. CPU: with the profiler enabled on one function, a pure-Python loop that is NOT profiled
    (target: at most 1.05x its unprofiled time).
 2. Cost of one profiled line (a function of 20 lines, called in a loop).
-3. GPU (when CUDA is available), shared/GPU.md's workloads: GPT-2 (124M) at batch 8x512
+3. GPU (when CUDA is available), the workloads of CONTRIBUTING.md: GPT-2 (124M) at batch 8x512
    and 1x64, ResNet-50 at 64x3x224x224; profiling the training step ("step") and also the
    repeated block's forward ("step+block"). Targets: 1.02x and 1.05x.
 

@@ -13,7 +13,7 @@ import torch
 
 
 def pytest_collection_modifyitems(config, items):
-    # CUDA tests run on the GPU machine (shared/GPU.md); without a GPU they cannot run.
+    # CUDA tests run on a GPU machine (CONTRIBUTING.md); without a GPU they cannot run.
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m cuda` on the GPU machine")

@@ -4,15 +4,17 @@ are checked without a GPU."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
+import weakref
 
 import pytest
 import torch
 
-from memlab_rs import Courtesy, _core
-from memlab_rs.courtesy import on_signal
+from memlab_rs import Courtesy, CourtesyRestoreError, _core
+from memlab_rs.courtesy import Preemption, on_signal
 
 
 def test_nothing_to_move_says_so(script):
@@ -155,3 +157,146 @@ def test_signals_yield_at_the_checkpoint_and_restore():
     assert report is not None and report.moved_storages >= 1
     assert courtesy.on_host == (0, 0) and torch.equal(x, copy)
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_one_device_is_one_device_not_its_characters():
+    cuda0 = torch.device("cuda:0")
+    assert Courtesy("cuda:0")._devices == {cuda0}
+    assert Courtesy(0)._devices == {cuda0}
+    assert Courtesy(torch.device("cuda"))._devices == {cuda0}
+    assert Courtesy(["cuda:0", 1])._devices == {cuda0, torch.device("cuda:1")}
+    np = pytest.importorskip("numpy")
+    assert Courtesy(np.int64(1))._devices == {torch.device("cuda:1")}
+    with pytest.raises(TypeError, match=r"Courtesy\(devices=...\) takes a CUDA device"):
+        Courtesy(1.5)
+    with pytest.raises(TypeError, match=r"Courtesy\(devices=...\) takes CUDA devices"):
+        Courtesy([None])
+    with pytest.raises(ValueError, match="a CUDA index is 0 or more"):
+        Courtesy(-1)
+    with pytest.raises(ValueError, match="'gpu' is not a device"):
+        Courtesy("gpu")
+
+
+class StillFull(Courtesy):
+    """A Courtesy whose device stays full for the first ``full_for`` restore tries: the
+    one allocation restore() makes per storage fails as a full GPU's would."""
+
+    def __init__(self, full_for: int, **kwargs):
+        super().__init__(**kwargs)
+        self.full_for = full_for
+        self.tries = 0
+
+    def restore(self):
+        self.tries += 1
+        return super().restore()
+
+    def _allocate(self, nbytes, device):
+        if self.tries <= self.full_for:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (the test's full device)")
+        return super()._allocate(nbytes, device)
+
+
+def test_checkpoint_retries_with_backoff_and_logs_each_try(caplog):
+    x = torch.randn(256)
+    copy = x.clone()
+    courtesy = StillFull(2, _allow_cpu=True, _only=[x])
+    with on_signal(courtesy=courtesy, retry_seconds=0.01, max_retries=5) as preemption:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        preemption._restore.set()  # the restore signal already came
+        with caplog.at_level("INFO", logger="memlab_rs.courtesy"):
+            report = preemption.checkpoint(timeout=1)
+    assert report is not None and courtesy.tries == 3
+    assert courtesy.on_host == (0, 0) and torch.equal(x, copy)
+    tries = [r.getMessage() for r in caplog.records if "restore try" in r.getMessage()]
+    assert len(tries) == 2
+    assert "restore try 1 of 6 failed, 1 storages (1.00K) still on the host" in tries[0]
+    assert "next try in 0.0 s" in tries[0] and "the test's full device" in tries[0]
+    assert any("restore succeeded on try 3" in r.getMessage() for r in caplog.records)
+
+
+def test_checkpoint_gives_up_with_what_is_still_on_the_host():
+    x, y = torch.randn(256), torch.randn(1000)
+    copy = x.clone()
+    courtesy = StillFull(100, _allow_cpu=True, _only=[x, y])
+    with on_signal(courtesy=courtesy, retry_seconds=0.001, max_retries=3) as preemption:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        preemption._restore.set()
+        with pytest.raises(CourtesyRestoreError) as err:
+            preemption.checkpoint(timeout=1)
+    message = str(err.value)
+    assert "restore failed 4 times" in message and "3 retries used up" in message
+    assert "still on the host: 2 storages, 4.91K (5024 bytes)" in message
+    assert err.value.report.remaining_storages == 2
+    assert courtesy.tries == 4
+    assert torch.equal(x, copy)  # still valid, on the host
+    courtesy.full_for = 0
+    courtesy.restore()  # and it can come back later
+    assert courtesy.on_host == (0, 0) and torch.equal(x, copy)
+    del err  # pytest.raises' ExceptionInfo and this frame hold each other
+
+
+def test_checkpoint_deadline_and_bad_settings():
+    x = torch.randn(16)
+    courtesy = StillFull(100, _allow_cpu=True, _only=[x])
+    with on_signal(
+        courtesy=courtesy, retry_seconds=0.05, max_retries=1000, deadline_seconds=0.3
+    ) as preemption:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        preemption._restore.set()
+        with pytest.raises(CourtesyRestoreError, match=r"the 0.3 s deadline used up"):
+            preemption.checkpoint(timeout=1)
+    assert 2 <= courtesy.tries <= 5  # 0.05, 0.1, then 0.2 would pass the deadline
+    courtesy.full_for = 0
+    courtesy.restore()
+    with pytest.raises(TypeError, match="max_retries must be an int"):
+        on_signal(courtesy=courtesy, max_retries=1.5)
+    with pytest.raises(ValueError, match="retry_seconds must be a number of seconds"):
+        on_signal(courtesy=courtesy, retry_seconds=-1)
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_a_restore_that_gives_up_keeps_nothing_alive_through_cycles():
+    # The errors' tracebacks must not form cycles with the frames that hold the courtesy
+    # (and its pinned buffers): with gc off, dropping the error must free it all.
+    gc.disable()
+    try:
+        x = torch.randn(64)
+        courtesy = StillFull(100, _allow_cpu=True, _only=[x])
+        watch = weakref.ref(courtesy)
+        preemption = Preemption(courtesy, retry_seconds=0.0, max_retries=1)
+        preemption._yield.set()
+        preemption._restore.set()
+        try:
+            preemption.checkpoint(timeout=1)
+        except CourtesyRestoreError:
+            pass
+        else:
+            raise AssertionError("the restore should have given up")
+        preemption.close()
+        courtesy.full_for = 0
+        courtesy.restore()
+        del preemption, courtesy
+        assert watch() is None
+    finally:
+        gc.enable()
+
+
+def test_a_yield_from_a_finaliser_says_what_it_cannot_see(script):
+    # During a collection the walk reads only gc.get_objects(): the report must say so.
+    out = script(
+        """
+        import gc
+        from memlab_rs import Courtesy
+        notes = []
+        class Holder:
+            def __init__(self):
+                self.me = self
+            def __del__(self):
+                notes.append(str(Courtesy().yield_memory()))
+        Holder()
+        gc.collect()
+        print(notes[0])
+        """
+    )
+    assert "no CUDA tensors to move" in out
+    assert "Incomplete: the report was made during a garbage collection" in out

@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+import torch  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import memlab_rs  # noqa: E402
@@ -75,9 +76,10 @@ def test_cell_magic_profiles_a_function_the_cell_defines(shell):
 
 
 def test_return_profiler(shell):
-    lp = run(shell, "%mlrun -r -d cpu -g 1 -f make make(1)")
+    gpu = 1 if torch.cuda.device_count() > 1 else 0
+    lp = run(shell, f"%mlrun -r -d cpu -g {gpu} -f make make(1)")
     assert isinstance(lp, memlab_rs.LineProfiler)
-    assert lp.target_gpu == 1 and lp.device == "cpu"
+    assert lp.target_gpu == gpu and lp.device == "cpu"
     assert allocated(lp.display(columns=["allocated_bytes.all.allocated"]),
                      "a = torch.empty(n, 1024)") == 4096
 
@@ -100,11 +102,32 @@ def test_dump_writes_the_columns_shown(shell, tmp_path):
 
 
 def test_gpu_option_picks_the_device_when_cuda_is_used(shell):
+    from IPython.core.error import UsageError
+
     if torch_cuda_available():
         lp = run(shell, "%mlrun -r -g 0 -d cuda -f make make(1)")
         assert lp.device == "cuda:0"
-    with pytest.raises(ValueError, match="cannot profile cuda:99"):
+    with pytest.raises(UsageError, match="cuda:99"):
         run(shell, "%mlrun -r -g 99 -d cuda -f make make(1)")
+    # a GPU that does not exist fails before the statement runs, whatever the device
+    shell.user_ns.pop("ran", None)
+    with pytest.raises(UsageError, match="target_gpu=5") as err:
+        run(shell, "%mlrun -g 5 -f make ran = make(1)")
+    assert "ran" not in shell.user_ns
+    if not torch_cuda_available():
+        assert "CUDA is not available on this machine" in str(err.value)
+
+
+def test_a_column_that_does_not_exist_fails_before_the_statement_runs(shell):
+    from IPython.core.error import UsageError
+
+    shell.user_ns.pop("ran", None)
+    with pytest.raises(UsageError, match="unknown column 'bogus'"):
+        run(shell, "%mlrun -d cpu -f make -c bogus ran = make(1)")
+    assert "ran" not in shell.user_ns
+    with pytest.raises(UsageError, match="did you mean 'allocated_bytes.all.peak'"):
+        run(shell, "%%mlrun -d cpu -f make -c allocated_bytes.all.peek\nran = make(1)")
+    assert "ran" not in shell.user_ns
 
 
 def torch_cuda_available():

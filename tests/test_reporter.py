@@ -373,3 +373,113 @@ def test_gc_walk_finds_exactly_the_tensors_gc_tracks():
         "gc.get_objects()",
     )
     del keep
+
+def test_a_container_nobody_keeps_still_names_its_parameters():
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(3, 3)
+    reporter = MemReporter(torch.nn.ModuleDict({"a": a, "b": b}))  # the dict dies here
+    names = [r.name for r in reporter.collect(device="cpu").rows]
+    assert names[:4] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    # the names were taken weakly: the parameters die with their modules
+    watch = weakref.ref(a.weight)
+    del a
+    gc.collect()
+    assert watch() is None
+    assert "a.weight" not in [r.name for r in reporter.collect(device="cpu").rows]
+
+
+def test_a_live_model_names_parameters_added_after_the_reporter():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    reporter = MemReporter(model)
+    model.append(torch.nn.Linear(5, 5))
+    rows = rows_by_name(reporter.collect(device="cpu"))
+    assert rows["1.weight"].bytes == 100 and rows["0.weight"].bytes == 16
+
+
+def test_pytorch_memlab_three_steps_give_its_shapes(script):
+    # collect_tensor() -> get_stats() -> device_tensor_stat / print_stats(), on data where
+    # pytorch_memlab's arithmetic is right (one-byte elements, whole 512-byte blocks).
+    program = """
+        import torch, {mod}
+        model = torch.nn.Module()
+        model.register_parameter("w", torch.nn.Parameter(torch.zeros(1024, dtype=torch.uint8),
+                                                         requires_grad=False))
+        b = torch.ones(4096, dtype=torch.int8)
+        v = b[10:20]
+        s = torch.zeros((), dtype=torch.uint8).expand(512).contiguous()[0]
+        reporter = {mod}.MemReporter(model)
+        reporter.collect_tensor()
+        reporter.get_stats()
+        print(repr(reporter.device_tensor_stat))
+        reporter.print_stats(verbose=True, target_device=torch.device("cpu"))
+        reporter.print_stats(target_device=torch.device("cpu"))
+        """
+    ours = script(program.format(mod="memlab_rs"))
+    theirs = script(
+        "import warnings; warnings.simplefilter('ignore')\n"
+        + textwrap.dedent(program.format(mod="pytorch_memlab"))
+    )
+    theirs = theirs[theirs.index("{device") :]  # after pytorch_memlab's CUDA notice
+    assert ours == theirs
+    assert "'w', (1024,), 1024, 1024" in ours and "(->Tensor0)" in ours
+
+
+def test_three_steps_keep_no_tensor_and_report_fills_the_stats(capsys):
+    tensor = torch.zeros(1000)
+    watch = weakref.ref(tensor)
+    reporter = MemReporter()
+    reporter.print_stats()  # nothing collected yet: the header only, as pytorch_memlab
+    assert capsys.readouterr().out == (
+        "Element type                                            Size  Used MEM\n"
+    )
+    reporter.collect_tensor()
+    del tensor
+    gc.collect()
+    assert watch() is None  # collect_tensor() kept plain data, not the tensors
+    reporter.get_stats()
+    stats = reporter.device_tensor_stat[torch.device("cpu")]
+    assert any(shape == (1000,) and memory == 4000 for _, shape, _, memory in stats)
+    reporter.get_stats()  # nothing collected since: empty, as pytorch_memlab
+    assert reporter.device_tensor_stat == {}
+    kept = torch.ones(7)
+    reporter.report(device="cpu")
+    capsys.readouterr()
+    assert any(s[1] == (7,) for s in reporter.device_tensor_stat[torch.device("cpu")])
+    del kept
+
+
+def test_truthy_verbose_and_integer_like_top(capsys):
+    np = pytest.importorskip("numpy")
+    base = torch.zeros(100)
+    view = base[:10]
+    big = torch.zeros(1 << 23)  # 32 MiB: larger than what earlier tests leave alive
+    reporter = MemReporter()
+    reporter.report(verbose=1, device="cpu")
+    assert "(->" in capsys.readouterr().out
+    report = reporter.collect(device="cpu", top=np.int64(2), sort_by="size")
+    assert len(report.rows) == 2 and report.rows[0].shape == (1 << 23,)
+    reporter.report(device="cpu", top=np.int32(1))
+    assert "more tensors" in capsys.readouterr().out
+    del base, view, big
+
+
+def test_devices_and_types_that_make_no_sense_are_errors():
+    reporter = MemReporter()
+    with pytest.raises(ValueError, match="device=-1: a CUDA device index is 0 or more"):
+        reporter.report(device=-1)
+    with pytest.raises(TypeError, match="top must be a number of rows"):
+        reporter.collect(top="2")
+    with pytest.raises(TypeError, match="top must be a number of rows"):
+        reporter.collect(top=2.0)
+    with pytest.raises(TypeError, match="device must be a torch.device"):
+        reporter.collect(device=1.5)
+    with pytest.raises(ValueError, match="device='gpu' is not a device"):
+        reporter.collect(device="gpu")
+    with pytest.raises(TypeError, match="target_device must be"):
+        reporter.print_stats(target_device=[0])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available on this machine"):
+            reporter.report(device="cuda:0")
+    else:
+        count = torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"this machine has {count} CUDA device"):
+            reporter.report(device=count)

@@ -3,6 +3,7 @@
 ``import memlab_rs as pytorch_memlab`` works in existing code.
 """
 
+from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
@@ -33,7 +34,6 @@ __all__ = [
     "readable_size",
     "set_target_gpu",
 ]
-__version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython):

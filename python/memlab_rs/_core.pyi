@@ -1,26 +1,84 @@
-"""Type stubs for the Rust core, memlab_rs._core."""
+"""Type stubs for the Rust core, memlab_rs._core.
 
-from collections.abc import Sequence
-from typing import Any
+Every class and function the module registers (src/lib.rs) is here; tests/test_stub.py
+compares the names with ``dir(memlab_rs._core)``.
+"""
+
+import types
+from collections.abc import Callable, Sequence
+from typing import Any, final
 
 import numpy as np
 
+# pyo3 lists every registered name (a stubtest check keeps this in step)
+__all__ = [
+    "HostBook",
+    "LineCollector",
+    "LineReportView",
+    "ReportTable",
+    "__version__",
+    "_cpu_adopted",
+    "_cpu_allocated",
+    "_cpu_freed",
+    "_cpu_live",
+    "_cuda_direct_checks",
+    "_cuda_direct_notice",
+    "_cuda_direct_why_not",
+    "_gc_callback",
+    "_gc_watch_state",
+    "_hook_errors",
+    "_instances_of",
+    "_monitoring_on_leave",
+    "_monitoring_on_line",
+    "_monitoring_on_resume",
+    "_monitoring_on_start",
+    "_monitoring_on_throw",
+    "_set_cpu_tracking",
+    "_trace_new_thread",
+    "collect_report",
+    "driver_available",
+    "driver_device_memory",
+    "readable_size",
+    "tracked_tensors",
+]
+__version__: str
+
+# size.rs
 def readable_size(num_bytes: Any) -> str:
     """pytorch_memlab's size string: ``readable_size(4194304) == '4.00M'``."""
 
+# stats/driver.rs
 def driver_available() -> bool:
     """Whether the CUDA driver library could be loaded."""
 
 def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
     """(used, total) bytes on a device by all processes, or None; never creates a context."""
 
-def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = False) -> ReportTable:
+# reporter/
+def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) -> ReportTable:
     """Walk gc and build a report of every tensor Python can reach."""
 
-def tracked_tensors(held: Sequence[Any] = ()) -> tuple[list[Any], str]:
-    """Every tensor the gc walk finds, and the walk's strategy (for tests)."""
+# gc_walk/
+def tracked_tensors(held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+    """Every tensor the gc walk finds, the walk's strategy, and why it may be incomplete."""
 
+def _instances_of(cls: type, held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+    """Every live instance of ``cls`` the gc walk finds (the walk without torch, for tests)."""
+
+def _gc_callback(phase: str, info: dict[str, Any]) -> None:
+    """The ``gc.callbacks`` entry that counts collections for the walk."""
+
+def _gc_watch_state() -> tuple[int, bool, bool]:
+    """(collections under way, gen-0 and older collections seen since the last walk)."""
+
+@final
 class ReportTable:
+    @property
+    def walk_strategy(self) -> str: ...
+    @property
+    def walk_stats(self) -> dict[str, Any]: ...
+    @property
+    def incomplete(self) -> str | None: ...
     def with_cuda(
         self,
         device: str,
@@ -41,9 +99,76 @@ class ReportTable:
     def sections(self) -> list[dict[str, Any]]: ...
     def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
 
-# CUDA direct reader: its checks against torch's binding (src/line_profiler/cuda_direct.rs).
+# line_profiler/
+@final
+class LineCollector:
+    """The Rust side of one ``LineProfiler``: its code objects, rows and memory source."""
+
+    def __new__(cls, device: str) -> LineCollector: ...
+    def add_code(self, code: types.CodeType, qualname: str) -> bool: ...
+    def enable(self) -> None: ...
+    def disable(self) -> None: ...
+    def clear(self) -> None: ...
+    def set_device(self, device: str) -> None: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def stats_reader(self) -> str | None: ...
+    @property
+    def enabled(self) -> bool: ...
+    def codes(self) -> list[types.CodeType]: ...
+    def column_names(self) -> list[str]: ...
+    def session_peaks(self) -> dict[str, int]: ...
+    def report(
+        self,
+        columns: list[str],
+        selected: list[int],
+        sources: Sequence[tuple[int, list[str]] | None],
+    ) -> LineReportView: ...
+
+@final
+class LineReportView:
+    """A built line report: text, HTML and records."""
+
+    @property
+    def columns(self) -> list[str]: ...
+    def text(self) -> str: ...
+    def html(self) -> str: ...
+    def records(self) -> list[tuple[str, int, int, str, list[int] | None]]: ...
+
+def _cpu_allocated(nbytes: int) -> None: ...
+def _cpu_adopted(nbytes: int) -> None: ...
+def _cpu_freed(nbytes: int) -> None: ...
+def _cpu_live() -> tuple[int, int]: ...
+def _set_cpu_tracking(start: Callable[[], None], stop: Callable[[], None]) -> None: ...
+def _hook_errors() -> list[str]: ...
+def _cuda_direct_why_not(device: int) -> str | None: ...
 def _cuda_direct_notice(device: int) -> str | None:
     """Why ``cuda:device`` went back to the binding after memory disagreed with torch."""
 
 def _cuda_direct_checks(device: int) -> tuple[int, int, int]:
     """Checks against the binding in this process: (compared, mismatched, inconclusive)."""
+
+def _monitoring_on_start(code: types.CodeType, _offset: int) -> None: ...
+def _monitoring_on_resume(code: types.CodeType, offset: int) -> None: ...
+def _monitoring_on_line(code: types.CodeType, line: int) -> None: ...
+def _monitoring_on_leave(code: types.CodeType, _offset: int, _value: object) -> None: ...
+def _monitoring_on_throw(code: types.CodeType, offset: int, _error: object) -> None: ...
+def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None: ...
+
+# courtesy.rs
+@final
+class HostBook:
+    """Courtesy's host side: pinned buffers and where each moved storage sits."""
+
+    def __new__(cls) -> HostBook: ...
+    def place(
+        self, storages: Sequence[tuple[int, int]]
+    ) -> tuple[int, int, list[tuple[int, int]]]: ...
+    def pending(self) -> list[tuple[int, int, int, int, int]]: ...
+    def restored(self, records: Sequence[int]) -> None: ...
+    def gone(self, records: Sequence[int]) -> None: ...
+    def on_host(self) -> tuple[int, int]: ...
+    def buffers(self) -> list[int]: ...
+    def free_buffers(self) -> list[int]: ...
+    def release_free(self) -> list[int]: ...

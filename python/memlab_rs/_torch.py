@@ -5,6 +5,7 @@ Importing this module imports torch but never initialises CUDA.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -15,18 +16,69 @@ def cuda_ready() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
-def device_key(device: torch.device | str | int) -> str:
+def device_key(device: torch.device | str | int, name: str = "device") -> str:
     """The report's name for a device: ``"cuda:0"``, ``"cpu"``, ``"meta"``.
 
-    A bare ``"cuda"`` means the current CUDA device, as in torch.
+    A bare ``"cuda"`` means the current CUDA device, as in torch; an int (or any
+    integer-like value) is a CUDA index. Anything else is a TypeError or ValueError that
+    names the parameter ``name``.
     """
-    if isinstance(device, int):
-        return f"cuda:{device}"
-    dev = torch.device(device)
+    dev = _parse_device(device, name)
     if dev.type == "cuda" and dev.index is None:
         index = torch.cuda.current_device() if cuda_ready() else 0
         return f"cuda:{index}"
     return str(dev)
+
+
+def report_device(device: torch.device | str | int, name: str = "device") -> str:
+    """``device_key(device)``, and for CUDA a ValueError when that device does not exist
+    (counting devices does not initialise CUDA)."""
+    key = device_key(device, name)
+    if key.startswith("cuda:"):
+        cuda_index_exists(int(key[5:]), f"{name}={device!r}")
+    return key
+
+
+def _parse_device(device: object, name: str) -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as error:
+            raise ValueError(f"{name}={device!r} is not a device: {error}") from None
+    if not isinstance(device, bool):
+        try:
+            index = operator.index(device)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:
+            if index < 0:
+                raise ValueError(
+                    f"{name}={device!r}: a CUDA device index is 0 or more "
+                    "(use 'cpu' for the CPU)"
+                )
+            return torch.device("cuda", index)
+    raise TypeError(
+        f"{name} must be a torch.device, a device string ('cpu', 'cuda:0') or a CUDA device "
+        f"index, got {device!r} ({type(device).__name__})"
+    )
+
+
+def cuda_index_exists(index: int, what: str) -> None:
+    """Raise a ValueError saying why CUDA device ``index`` does not exist (``what`` names
+    the argument that asked for it); return if it does. Never initialises CUDA."""
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"{what}: CUDA is not available on this machine (torch sees no GPU), so there is "
+            f"no cuda:{index}; only CPU memory can be profiled or reported here (device='cpu')"
+        )
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(
+            f"{what}: there is no cuda:{index}; this machine has {count} CUDA device(s), "
+            f"cuda:0 to cuda:{count - 1}"
+        )
 
 
 def cuda_devices_with_memory() -> list[str]:
@@ -108,13 +160,11 @@ def line_profiler_device(device: torch.device | str | int | None, target_gpu: in
     """The line profiler's memory source: ``"cuda:N"`` or ``"cpu"``.
 
     None means CUDA (``target_gpu``) when it is available, else the CPU. Asking whether
-    CUDA is available does not initialise it.
+    CUDA is available does not initialise it. A wrong value names the ``device`` parameter.
     """
     if device is None:
         return checked_cuda_device(target_gpu) if torch.cuda.is_available() else "cpu"
-    if isinstance(device, int):
-        return checked_cuda_device(device)
-    dev = torch.device(device)
+    dev = _parse_device(device, "device")
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
@@ -127,15 +177,13 @@ def checked_cuda_device(index: int) -> str:
 
     Counting devices does not initialise CUDA.
     """
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"cannot profile cuda:{index}: CUDA is not available here; "
-            "profile CPU memory with device='cpu'"
-        )
-    count = torch.cuda.device_count()
-    if index >= count:
-        raise ValueError(
-            f"cannot profile cuda:{index}: this machine has {count} CUDA device(s), "
-            f"cuda:0 to cuda:{count - 1}"
-        )
+    cuda_index_exists(index, f"cannot profile cuda:{index}")
     return f"cuda:{index}"
+
+
+def check_target_gpu(index: int, given: object) -> None:
+    """A ``target_gpu`` must name a device that exists. Without CUDA only the default, 0,
+    is accepted (code written for a GPU keeps running and profiles the CPU); any other
+    index is an error there too."""
+    if torch.cuda.is_available() or index != 0:
+        cuda_index_exists(index, f"target_gpu={given!r}")

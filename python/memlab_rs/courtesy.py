@@ -18,6 +18,7 @@ back) live in the Rust core (``_core.HostBook``); this module does the torch cal
 from __future__ import annotations
 
 import logging
+import operator
 import signal
 import threading
 import time
@@ -52,6 +53,9 @@ class YieldReport:
     #: per device: memory in use on the device by every process, from the driver
     device_used: dict[str, int | None] = field(default_factory=dict)
     message: str = ""
+    #: why the walk that found the tensors may have missed some (None when it did not):
+    #: a tensor it missed keeps its CUDA memory
+    incomplete: str | None = None
 
     @property
     def gb_per_s(self) -> float:
@@ -60,7 +64,7 @@ class YieldReport:
 
     def __str__(self) -> str:
         if self.message:
-            return self.message
+            return self.message + (f"\n  Incomplete: {self.incomplete}" if self.incomplete else "")
         lines = [
             f"Courtesy: moved {self.moved_storages} storages, "
             f"{readable_size(self.moved_bytes)}, to host memory in {self.seconds * 1e3:.1f} ms "
@@ -77,6 +81,8 @@ class YieldReport:
             )
             for reason, nbytes in self.unmovable.get(device, [])[:5]:
                 lines.append(f"    {readable_size(nbytes)}: {reason}")
+        if self.incomplete:
+            lines.append(f"  Incomplete: {self.incomplete}")
         return "\n".join(lines)
 
 
@@ -142,9 +148,9 @@ def _bytes_view(storage: torch.UntypedStorage) -> torch.Tensor:
 class Courtesy:
     """Move what the GPU holds to host memory and back, losing nothing.
 
-    ``devices`` limits it to some GPUs (indexes, ``"cuda:N"`` or ``torch.device``; all by
-    default). Pinned host buffers are kept for the next yield
-    (``release_host_memory()`` gives them back).
+    ``devices`` limits it to some GPUs: one device (an index, ``"cuda:N"`` or a
+    ``torch.device``) or a list of them; all by default. Pinned host buffers are kept for
+    the next yield (``release_host_memory()`` gives them back).
 
     >>> courtesy = Courtesy()
     >>> str(courtesy.restore())
@@ -152,22 +158,54 @@ class Courtesy:
     """
 
     def __init__(self, devices: Any = None, *, _allow_cpu: bool = False, _only: Any = None):
-        self._devices = None if devices is None else {self._device(d) for d in devices}
+        self._devices = None if devices is None else self._device_set(devices)
         # Tests: move CPU storages through the same steps, and only those of `_only`.
         self._allow_cpu = _allow_cpu
         self._only = _only  # a list the test may change between calls
         self._book = _core.HostBook()
         self._buffers: list[torch.Tensor] = []
         # record -> (device, [(weak tensor, offset, size, stride)])
-        self._moved: dict[int, tuple[torch.device, list[tuple[Any, int, Any, Any]]]] = {}
+        self._moved: dict[int, tuple[torch.device, list[tuple[Any, Any, Any, Any]]]] = {}
         self.last_yield: YieldReport | None = None
         #: seconds since the start of the last yield at the end of each phase (benchmarks)
         self.phases: dict[str, float] = {}
         self.last_restore: RestoreReport | None = None
+        self._walk_note: str | None = None
+
+    @classmethod
+    def _device_set(cls, devices: Any) -> set[torch.device]:
+        """``devices`` as a set: one device (``0``, ``"cuda:0"``, a ``torch.device``) or an
+        iterable of them. A string is one device, never a sequence of characters."""
+        if isinstance(devices, (str, torch.device)) or _is_index(devices):
+            return {cls._device(devices)}
+        try:
+            items = list(devices)
+        except TypeError:
+            raise TypeError(
+                "Courtesy(devices=...) takes a CUDA device (an index, 'cuda:N' or a "
+                f"torch.device) or a list of them, got {devices!r} ({type(devices).__name__})"
+            ) from None
+        return {cls._device(d) for d in items}
 
     @staticmethod
     def _device(device: Any) -> torch.device:
-        dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+        if _is_index(device):
+            index = operator.index(device)
+            if index < 0:
+                raise ValueError(f"Courtesy(devices=...): a CUDA index is 0 or more, got {index}")
+            dev = torch.device("cuda", index)
+        elif isinstance(device, (str, torch.device)):
+            try:
+                dev = torch.device(device)
+            except RuntimeError as error:
+                raise ValueError(
+                    f"Courtesy(devices=...): {device!r} is not a device: {error}"
+                ) from None
+        else:
+            raise TypeError(
+                "Courtesy(devices=...) takes CUDA devices (an index, 'cuda:N' or a "
+                f"torch.device), got {device!r} ({type(device).__name__})"
+            )
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda:0")
         if dev.type not in ("cuda", "cpu"):
@@ -252,7 +290,12 @@ class Courtesy:
         log.info("%s", report)
         return report
 
-    def _group(self):
+    def _group(
+        self,
+    ) -> tuple[
+        dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]],
+        dict[str, list[tuple[str, int]]],
+    ]:
         """The storages to move, each with the tensors on it, and what cannot move. A
         method of its own so that no loop variable keeps a CUDA storage alive after it."""
         groups: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
@@ -283,6 +326,7 @@ class Courtesy:
 
     def _fill_device_report(self, report: YieldReport, unmovable, cuda: bool) -> None:
         report.unmovable = unmovable
+        report.incomplete = self._walk_note
         if not cuda:
             return
         for index in range(torch.cuda.device_count()):
@@ -308,7 +352,8 @@ class Courtesy:
         'Courtesy: nothing to restore'
         """
         start = time.perf_counter()
-        alive, dead = [], []
+        alive: list[tuple[int, int, int, int, int]] = []
+        dead: list[tuple[int, int, int, int, int]] = []
         for record, device, nbytes, buffer, offset in self._book.pending():
             entries = self._moved[record][1]
             (alive if any(ref() is not None for ref, *_ in entries) else dead).append(
@@ -321,9 +366,9 @@ class Courtesy:
         targets = []
         failure = None
         for record, _, nbytes, buffer, offset in alive:
-            device = self._moved[record][0]
+            home = self._moved[record][0]
             try:
-                target = torch.empty(nbytes, dtype=torch.uint8, device=device)
+                target = self._allocate(nbytes, home)
             except torch.cuda.OutOfMemoryError as error:
                 failure = error
                 break
@@ -353,15 +398,27 @@ class Courtesy:
         self.last_restore = report
         log.info("%s", report)
         if failure is not None:
-            raise CourtesyRestoreError(
-                f"restore() brought back {report.restored_storages} storages "
-                f"({readable_size(report.restored_bytes)}) but the GPU is still too full for "
-                f"the other {report.remaining_storages} ({readable_size(report.remaining_bytes)}"
-                f"): {failure}. Every tensor is still valid (those not restored live in host "
-                "memory); free GPU memory and call restore() again.",
-                report,
-            ) from failure
+            try:
+                raise CourtesyRestoreError(
+                    f"restore() brought back {report.restored_storages} storages "
+                    f"({readable_size(report.restored_bytes)}) but the GPU is still too full "
+                    f"for the other {report.remaining_storages} "
+                    f"({readable_size(report.remaining_bytes)}): {failure}. Every tensor is "
+                    "still valid (those not restored live in host memory); free GPU memory "
+                    "and call restore() again.",
+                    report,
+                ) from failure
+            finally:
+                # The error's traceback holds this frame: dropping the local breaks the
+                # cycle, so the error does not keep `self` (and its buffers) until gc runs.
+                failure = None
         return report
+
+    @staticmethod
+    def _allocate(nbytes: int, device: torch.device) -> torch.Tensor:
+        """The bytes one storage comes back into (a method of its own: the tests make a
+        GPU that is still full by overriding it)."""
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
     @staticmethod
     def _reserve(pending) -> None:
@@ -395,6 +452,17 @@ class Courtesy:
         return self._book.on_host()
 
 
+def _is_index(value: Any) -> bool:
+    """An int or integer-like value (``np.int64``), not a bool."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _storage_bytes(tensor: torch.Tensor) -> int:
     try:
         return tensor.untyped_storage().nbytes()
@@ -407,8 +475,16 @@ class Preemption:
 
     Signal handlers only set flags; ``checkpoint()``, called between training steps, does
     the work: when the yield signal came, it moves the GPU state to host memory, waits for
-    the restore signal, brings everything back (retrying while the GPU is still too full)
-    and returns the yield's report. Otherwise it returns None at once.
+    the restore signal, brings everything back and returns the yield's report. Otherwise
+    it returns None at once.
+
+    A restore that finds the GPU still too full is tried again after ``retry_seconds``,
+    the wait doubling each time up to ``max_retry_seconds``, at most ``max_retries``
+    times and, when ``deadline_seconds`` is set, no later than that many seconds after the
+    first try. Each failed try is logged (``memlab_rs.courtesy`` logger, WARNING); when
+    none is left, ``checkpoint()`` raises ``CourtesyRestoreError`` saying what is still on
+    the host. Every tensor stays valid: ``courtesy.restore()`` may be called again later.
+    The defaults (5 s doubling to 60 s, 12 retries) give up after about 9 minutes.
 
         preemption = memlab_rs.courtesy.on_signal()      # SIGUSR1 yields, SIGUSR2 restores
         for batch in loader:
@@ -422,9 +498,22 @@ class Preemption:
         yield_signal: int = signal.SIGUSR1,
         restore_signal: int = signal.SIGUSR2,
         retry_seconds: float = 5.0,
+        *,
+        max_retries: int = 12,
+        max_retry_seconds: float = 60.0,
+        deadline_seconds: float | None = None,
     ):
         self.courtesy = courtesy or Courtesy()
-        self.retry_seconds = retry_seconds
+        self.retry_seconds = _seconds(retry_seconds, "retry_seconds")
+        self.max_retry_seconds = _seconds(max_retry_seconds, "max_retry_seconds")
+        if not _is_index(max_retries):
+            raise TypeError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self.max_retries = operator.index(max_retries)
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        self.deadline_seconds = (
+            None if deadline_seconds is None else _seconds(deadline_seconds, "deadline_seconds")
+        )
         self._yield = threading.Event()
         self._restore = threading.Event()
         self._signals = (yield_signal, restore_signal)
@@ -435,20 +524,72 @@ class Preemption:
 
     def checkpoint(self, timeout: float | None = None) -> YieldReport | None:
         """Yield, wait for the restore signal (at most ``timeout`` seconds) and restore, if
-        a yield was asked for; else return None at once."""
+        a yield was asked for; else return None at once. Raises ``CourtesyRestoreError``
+        when the restore still fails after the retries (see the class)."""
         if not self._yield.is_set():
             return None
         self._yield.clear()
         report = self.courtesy.yield_memory()
         self._restore.wait(timeout)
         self._restore.clear()
+        self._restore_with_retries()
+        return report
+
+    def _restore_with_retries(self) -> None:
+        start = time.monotonic()
+        delay = self.retry_seconds
+        tries = 0
         while True:
-            try:
-                self.courtesy.restore()
-                return report
-            except CourtesyRestoreError as error:
-                log.warning("%s; retrying in %.0f s", error, self.retry_seconds)
-                time.sleep(self.retry_seconds)
+            tries += 1
+            failure = self._try_restore()
+            if failure is None:
+                if tries > 1:
+                    log.info("Courtesy: restore succeeded on try %d", tries)
+                return
+            storages, nbytes = self.courtesy.on_host
+            elapsed = time.monotonic() - start
+            out_of_tries = tries > self.max_retries
+            past_deadline = (
+                self.deadline_seconds is not None and elapsed + delay > self.deadline_seconds
+            )
+            if out_of_tries or past_deadline:
+                why = (
+                    f"{self.max_retries} retries"
+                    if out_of_tries
+                    else f"the {self.deadline_seconds:g} s deadline"
+                )
+                try:
+                    raise CourtesyRestoreError(
+                        f"Preemption.checkpoint(): restore failed {tries} times in "
+                        f"{elapsed:.1f} s ({why} used up); still on the host: {storages} "
+                        f"storages, {readable_size(nbytes)} ({nbytes} bytes). Every tensor is "
+                        "still valid (those not restored live in host memory); free GPU memory "
+                        f"and call restore() again. Last error: {failure}",
+                        failure.report,
+                    ) from failure
+                finally:
+                    failure = None  # no cycle through this frame (see restore())
+            log.warning(
+                "Courtesy: restore try %d of %d failed, %d storages (%s) still on the host; "
+                "next try in %.1f s: %s",
+                tries,
+                self.max_retries + 1,
+                storages,
+                readable_size(nbytes),
+                delay,
+                str(failure),  # a string: a kept log record must not keep the traceback
+            )
+            failure = None
+            time.sleep(delay)
+            delay = min(delay * 2, self.max_retry_seconds)
+
+    def _try_restore(self) -> CourtesyRestoreError | None:
+        """``restore()``, its error returned rather than raised."""
+        try:
+            self.courtesy.restore()
+        except CourtesyRestoreError as error:
+            return error
+        return None
 
     def close(self) -> None:
         """Put back the signal handlers that were there before."""
@@ -462,16 +603,27 @@ class Preemption:
         self.close()
 
 
+def _seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    if not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 def on_signal(
     yield_signal: int = signal.SIGUSR1,
     restore_signal: int = signal.SIGUSR2,
     courtesy: Courtesy | None = None,
+    **retries: Any,
 ) -> Preemption:
     """Install handlers: ``yield_signal`` asks to give the GPU back at the next
-    ``checkpoint()``, ``restore_signal`` to take it again (see ``Preemption``).
+    ``checkpoint()``, ``restore_signal`` to take it again (see ``Preemption``, whose
+    ``retry_seconds``, ``max_retries``, ``max_retry_seconds`` and ``deadline_seconds``
+    ``retries`` may set).
 
     >>> with on_signal() as preemption:
     ...     preemption.checkpoint() is None
     True
     """
-    return Preemption(courtesy, yield_signal, restore_signal)
+    return Preemption(courtesy, yield_signal, restore_signal, **retries)

@@ -40,7 +40,7 @@ def train_steps(
     for _ in range(steps):
         tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
         loss = train_step(model, optimizer, tokens)
-    return float(loss)
+    return float(loss.detach())  # float() of a tensor that requires grad warns
 
 
 def main(argv: list[str] | None = None) -> None:

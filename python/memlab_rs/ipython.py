@@ -29,7 +29,7 @@ _TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
 def _split(line: str) -> tuple[str, str]:
     """(options, statement): the statement is the rest of the line, exactly as typed."""
     at = 0
-    options = []
+    options: list[str] = []
     while True:
         match = _TOKEN.search(line, at)
         if match is None:
@@ -104,16 +104,22 @@ class MemlabMagics(Magics):
             raise UsageError("%mlrun: nothing to run: give a statement, or use %%mlrun on a cell")
         if not args.function:
             raise UsageError("%mlrun: name the functions to profile with -f FUNC")
-        global_ns = self.shell.user_global_ns
-        local_ns = local_ns if local_ns is not None else self.shell.user_ns
-        source = self.shell.transform_cell(code) if cell is not None else code
-        filename = self.shell.compile.cache(source)
+        shell = self.shell
+        if shell is None:
+            raise UsageError("%mlrun runs inside an IPython shell")
+        global_ns = shell.user_global_ns
+        local_ns = local_ns if local_ns is not None else shell.user_ns
+        source = shell.transform_cell(code) if cell is not None else code
+        filename = shell.compile.cache(source)
         try:
             compiled = compile(source, filename, "exec")
         except SyntaxError as error:
             raise UsageError(f"%mlrun: the code to run is not valid Python: {error}") from None
         defined = dict(_code_objects(compiled))
-        profiler = LineProfiler(target_gpu=args.gpu, device=args.device)
+        try:  # a GPU or device that does not exist, before anything runs
+            profiler = LineProfiler(target_gpu=args.gpu, device=args.device)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"%mlrun: {error}") from None
         for name in args.function:
             if name in defined:  # defined by the code we are about to run
                 profiler._add_code(defined[name], name)
@@ -130,6 +136,10 @@ class MemlabMagics(Magics):
         columns = ([] if args.no_default_columns else list(DEFAULT_COLUMNS)) + args.column
         if not columns:
             raise UsageError("%mlrun: -D hides the default columns: add some with -c COLS")
+        try:  # a column that does not exist, before the statement runs
+            profiler._checked_columns(columns)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"%mlrun -c: {error}") from None
         with profiler:
             exec(compiled, global_ns, local_ns)
         shown = profiler.display(columns=columns)

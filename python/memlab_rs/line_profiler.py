@@ -8,46 +8,56 @@ the allocator's statistics.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
 import torch
 
 from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU hooks)
-from ._torch import checked_cuda_device, line_profiler_device
+from ._columns import catalogue, check_columns
+from ._torch import check_target_gpu, line_profiler_device
 
 DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
 
 
-def _code_of(func: Any) -> tuple[types.CodeType, Callable[..., Any]]:
-    """The code object to watch for ``func``, and the function it belongs to."""
+def _code_of(func: Any) -> tuple[types.CodeType, str] | None:
+    """The code object to watch for ``func`` and its qualname, or None if it has none.
+
+    Only the code object is kept, never the function: a profiled closure's captured
+    values die with the function.
+    """
+    if isinstance(func, types.CodeType):
+        return func, getattr(func, "co_qualname", func.co_name)
     if isinstance(func, (staticmethod, classmethod)):
         func = func.__func__
     if isinstance(func, torch.nn.Module):
         func = type(func).forward
     if inspect.ismethod(func):
         func = func.__func__
-    func = inspect.unwrap(func)
+    try:
+        func = inspect.unwrap(func)
+    except ValueError:  # a cycle of __wrapped__
+        return None
     code = getattr(func, "__code__", None)
     if not isinstance(code, types.CodeType):
-        raise TypeError(
-            f"LineProfiler profiles Python functions and methods; {func!r} has no Python code "
-            "object (builtins and C extensions cannot be profiled line by line)"
-        )
-    return code, func
+        return None
+    return code, getattr(func, "__qualname__", code.co_name)
 
 
-def _columns(columns: Any) -> tuple[str, ...]:
-    if isinstance(columns, str):
-        columns = (columns,)
-    columns = tuple(columns)
-    bad = [c for c in columns if not isinstance(c, str)]
-    if bad:
-        raise TypeError(f"columns must be names of memory statistics (strings), got {bad!r}")
-    return columns
+def _no_code_warning(func: Any) -> str:
+    """pytorch_memlab's warning for an object without a code object, and what to pass."""
+    hint = "pass a Python function, method or nn.Module"
+    if isinstance(func, property):
+        hint = "pass the property's getter, e.g. Cls.prop.fget"
+    elif isinstance(func, functools.partial):
+        hint = "pass the function it calls, partial.func"
+    return f"Could not extract a code object for the object {func!r}; it is not profiled ({hint})"
 
 
 class LineRecordsDisplay:
@@ -81,8 +91,10 @@ class LineRecordsDisplay:
         """
         out = []
         for qualname, line, hits, code, values in self._view.records():
-            record = {"function": qualname, "line": line, "hits": hits, "code": code}
-            for column, value in zip(self.columns, values or [None] * len(self.columns)):
+            record: dict[str, Any] = {"function": qualname, "line": line, "hits": hits}
+            record["code"] = code
+            row: Sequence[int | None] = values if values is not None else [None] * len(self.columns)
+            for column, value in zip(self.columns, row):
                 record[column] = value
             out.append(record)
         return out
@@ -113,11 +125,12 @@ class LineProfiler:
 
     def __init__(self, *functions: Callable[..., Any], target_gpu: Any = 0, device: Any = None):
         self._target_gpu = _gpu_index(target_gpu)
+        check_target_gpu(self._target_gpu, target_gpu)
         self._collector = _core.LineCollector(line_profiler_device(device, self._target_gpu))
-        self._functions: dict[types.CodeType, Callable[..., Any]] = {}
+        # Code objects only (never functions): what is profiled does not stay alive.
         self._names: dict[types.CodeType, str] = {}
         for func in functions:
-            self.add_function(func)
+            self._add_function(func)
 
     @property
     def device(self) -> str:
@@ -126,8 +139,18 @@ class LineProfiler:
 
     @property
     def enabled(self) -> bool:
-        """Whether the profiler is recording (between ``enable()`` and ``disable()``)."""
+        """Whether the profiler is recording (between ``enable()`` and ``disable()``).
+
+        Settable, as in pytorch_memlab: a true value enables, a false one disables.
+        """
         return self._collector.enabled
+
+    @enabled.setter
+    def enabled(self, value: Any) -> None:
+        if value:
+            self.enable()
+        else:
+            self.disable()
 
     @property
     def stats_reader(self) -> str | None:
@@ -149,16 +172,26 @@ class LineProfiler:
     @target_gpu.setter
     def target_gpu(self, gpu: Any) -> None:
         index = _gpu_index(gpu)
+        check_target_gpu(index, gpu)
         if self.device != "cpu":
-            self._collector.set_device(checked_cuda_device(index))
+            self._collector.set_device(f"cuda:{index}")
         self._target_gpu = index
 
     def add_function(self, func: Callable[..., Any]) -> None:
         """Profile ``func`` too: a function, method, ``nn.Module`` (its ``forward``), or a
-        decorated function (the one it wraps)."""
-        code, func = _code_of(func)
-        self._functions.setdefault(code, func)
-        self._add_code(code, func.__qualname__)
+        decorated function (the one it wraps).
+
+        An object without Python code (a property, a ``functools.partial``, a builtin)
+        gets pytorch_memlab's warning and is skipped. Only the code object is kept.
+        """
+        self._add_function(func)
+
+    def _add_function(self, func: Callable[..., Any]) -> None:
+        found = _code_of(func)
+        if found is None:  # stacklevel: the caller of add_function() or LineProfiler()
+            warnings.warn(_no_code_warning(func), stacklevel=3)
+            return
+        self._add_code(*found)
 
     def _add_code(self, code: types.CodeType, qualname: str) -> None:
         """Profile a code object directly (a function defined by code not yet run)."""
@@ -176,7 +209,6 @@ class LineProfiler:
     def clear(self) -> None:
         """Forget every registered function and every recorded line."""
         self._collector.clear()
-        self._functions.clear()
         self._names.clear()
 
     def __enter__(self) -> LineProfiler:
@@ -195,25 +227,36 @@ class LineProfiler:
         return dict(self._collector.session_peaks())
 
     def display(
-        self, func: Any = None, columns: Sequence[str] = DEFAULT_COLUMNS
+        self, func: Any = None, columns: Sequence[str] | None = DEFAULT_COLUMNS
     ) -> LineRecordsDisplay:
         """The report of ``func`` (a function, a qualname, or a list of them; None for all).
 
         Any key of ``torch.cuda.memory_stats()`` is a column; see
         https://pytorch.org/docs/stable/generated/torch.cuda.memory_stats.html
+        ``columns=None`` shows every column the source has, as pytorch_memlab does.
 
         >>> str(LineProfiler().display())
         'No data collected\\n'
         """
         codes = self._collector.codes()
         selected = self._select(func, codes)
-        sources = [_source_of(self._functions.get(codes[i]), codes[i]) for i in selected]
-        return LineRecordsDisplay(self._collector.report(_columns(columns), selected, sources))
+        sources = [_source_of(codes[i]) for i in selected]
+        return LineRecordsDisplay(
+            self._collector.report(list(self._checked_columns(columns)), selected, sources)
+        )
+
+    def _checked_columns(self, columns: Any = None) -> tuple[str, ...]:
+        """``columns`` checked against what this profiler's source has (every column it
+        has for None): a TypeError or ValueError that lists the valid ones otherwise."""
+        known = self._collector.column_names()
+        if columns is None:
+            return tuple(known) or catalogue(self.device)
+        return check_columns(columns, self.device, known)
 
     def print_stats(
         self,
         func: Any = None,
-        columns: Sequence[str] = DEFAULT_COLUMNS,
+        columns: Sequence[str] | None = DEFAULT_COLUMNS,
         stream: TextIO | None = None,
     ) -> None:
         """Write the text report to ``stream`` (standard output by default).
@@ -233,7 +276,7 @@ class LineProfiler:
             if isinstance(item, str):
                 found = [i for i, c in enumerate(codes) if self._qualname(c) == item]
             else:
-                code, _ = _code_of(item)
+                code = (_code_of(item) or (None,))[0]
                 found = [i for i, c in enumerate(codes) if c is code]
             if not found:
                 names = ", ".join(self._qualname(c) for c in codes) or "none"
@@ -248,23 +291,36 @@ class LineProfiler:
         return self._names.get(code, code.co_name)
 
 
-def _source_of(func: Any, code: types.CodeType) -> tuple[int, list[str]] | None:
+def _source_of(code: types.CodeType) -> tuple[int, list[str]] | None:
+    """(first line, lines) of a code object's source, read from the code object alone
+    (the function may be gone), or None where the source cannot be read."""
     try:
-        lines, start = inspect.getsourcelines(func if func is not None else code)
-    except (OSError, TypeError):
+        lines, start = inspect.getsourcelines(code)
+    except (OSError, TypeError, IndexError):
         return None
     return max(start, 1), lines
 
 
 def _gpu_index(gpu: Any) -> int:
+    """A ``target_gpu`` as an index: an int (or integer-like), ``"cuda:N"`` or a CUDA
+    ``torch.device``; anything else is an error naming ``target_gpu``."""
+    if isinstance(gpu, str):
+        try:
+            gpu = torch.device(gpu)
+        except RuntimeError as error:
+            raise ValueError(f"target_gpu={gpu!r} is not a device: {error}") from None
     if isinstance(gpu, torch.device):
         if gpu.type != "cuda":
             raise ValueError(f"target_gpu must be a CUDA device, got {gpu}")
         return gpu.index if gpu.index is not None else 0
-    if isinstance(gpu, str):
-        return _gpu_index(torch.device(gpu))
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        raise TypeError(
-            f"target_gpu must be a GPU index (an int >= 0) or a torch.device, got {gpu!r}"
-        )
-    return gpu
+    if not isinstance(gpu, bool):
+        try:
+            index = operator.index(gpu)
+        except TypeError:
+            pass
+        else:
+            if index >= 0:
+                return index
+    raise TypeError(
+        f"target_gpu must be a GPU index (an int >= 0) or a torch.device, got {gpu!r}"
+    )

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import atexit
 import functools
+import operator
+import sys
+import traceback
+import types
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .line_profiler import DEFAULT_COLUMNS, LineProfiler
+from .line_profiler import DEFAULT_COLUMNS, LineProfiler, _code_of, _no_code_warning
 
 _global: LineProfiler | None = None
-_print_at_exit: list[tuple[Callable[..., Any], Sequence[str]]] = []
+# What @profile prints at exit: the code object (never the function, which would keep its
+# closure alive) and the columns, checked when the function was decorated.
+_print_at_exit: list[tuple[types.CodeType, tuple[str, ...]]] = []
 
 
 def global_line_profiler() -> LineProfiler:
@@ -40,38 +47,57 @@ def clear_global_line_profiler() -> None:
     _print_at_exit.clear()
 
 
-def set_target_gpu(gpu: Any) -> None:
-    """Profile GPU ``gpu`` (an index or a ``torch.device``) from now on, even from inside
-    a profiled function.
+def set_target_gpu(gpu_id: Any) -> None:
+    """Profile GPU ``gpu_id`` (an index or a ``torch.device``) from now on, even from
+    inside a profiled function. A GPU that does not exist is a ValueError that says which
+    ones do (without CUDA, only the default, 0, is accepted).
 
     >>> set_target_gpu(0)
     """
-    global_line_profiler().target_gpu = gpu
+    global_line_profiler().target_gpu = gpu_id
 
 
 def _print_all() -> None:
-    for func, columns in _print_at_exit:
-        global_line_profiler().print_stats(func, columns)
+    """Print every @profile report, each on its own: one that fails says why on stderr
+    and the others still print."""
+    for code, columns in _print_at_exit:
+        try:
+            global_line_profiler().print_stats(code, columns)
+        except Exception:
+            print(
+                f"memlab_rs: could not print the @profile report of {code.co_name}:",
+                file=sys.stderr,
+            )
+            traceback.print_exc()
 
 
 def profile(func: Any = None, columns: Sequence[str] = DEFAULT_COLUMNS) -> Any:
     """Profile ``func`` line by line; the report prints when the interpreter exits
     (also after a KeyboardInterrupt).
 
-    Use bare (``@profile``) or with columns (``@profile(columns=(...))``).
+    Use bare (``@profile``) or with columns (``@profile(columns=(...))``). A column the
+    profiler's source does not have is a ValueError here, when the function is decorated.
 
     >>> @profile(columns=("active_bytes.all.peak",))
     ... def step():
     ...     pass
     >>> clear_global_line_profiler()
     """
-    if func is None or not callable(func):
+    if func is None or isinstance(func, (str, list, tuple)):
+        # @profile(columns=...), or the columns given first: @profile(("active_bytes.all.peak",))
         chosen = columns if func is None else func
+        global_line_profiler()._checked_columns(chosen)
         return lambda f: profile(f, chosen)
-    global_line_profiler().add_function(func)
+    profiler = global_line_profiler()
+    checked = profiler._checked_columns(columns)
+    found = _code_of(func)
+    if found is None:  # pytorch_memlab's warning; the object is left as it is
+        warnings.warn(_no_code_warning(func), stacklevel=2)
+        return func
+    profiler.add_function(func)
     if not _print_at_exit:
         atexit.register(_print_all)
-    _print_at_exit.append((func, tuple(columns)))
+    _print_at_exit.append((found[0], checked))
     return func
 
 
@@ -87,14 +113,21 @@ def profile_every(
     ...     pass
     >>> clear_global_line_profiler()
     """
-    if isinstance(output_interval, bool) or not isinstance(output_interval, int):
+    if isinstance(output_interval, bool):
         raise TypeError(f"output_interval must be an int >= 1, got {output_interval!r}")
+    try:
+        output_interval = operator.index(output_interval)
+    except TypeError:
+        raise TypeError(f"output_interval must be an int >= 1, got {output_interval!r}") from None
     if output_interval < 1:
         raise ValueError(f"output_interval must be >= 1, got {output_interval}")
-    columns = tuple(columns)
+    columns = global_line_profiler()._checked_columns(columns) if enable else tuple(columns)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         if not enable:
+            return func
+        if _code_of(func) is None:  # pytorch_memlab's warning; the object is left as it is
+            warnings.warn(_no_code_warning(func), stacklevel=2)
             return func
         global_line_profiler().add_function(func)
         calls = 0

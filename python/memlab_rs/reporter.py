@@ -8,6 +8,7 @@ the model and optimizers and the CUDA allocator's figures.
 from __future__ import annotations
 
 import json
+import operator
 import weakref
 from dataclasses import dataclass
 from typing import Any, Union
@@ -62,15 +63,13 @@ class MemoryReport:
     def rows(self) -> list[TensorRow]:
         """Every row, device by device."""
         cols = self._table.columns()
-        return [
-            TensorRow(
-                *(
-                    cols[key][i] if key not in _INT_COLUMNS else int(cols[key][i])
-                    for key in _ROW_FIELDS
-                )
-            )
-            for i in range(len(cols["name"]))
-        ]
+        rows = []
+        for i in range(len(cols["name"])):
+            fields: dict[str, Any] = {key: cols[key][i] for key in _ROW_FIELDS}
+            for key in _INT_COLUMNS:
+                fields[key] = int(fields[key])
+            rows.append(TensorRow(**fields))
+        return rows
 
     def sections(self) -> list[dict]:
         """Per-device totals: bytes, numel, and on CUDA the allocator's figures and the
@@ -125,14 +124,18 @@ _INT_COLUMNS = ("numel", "bytes", "storage_bytes")
 class MemReporter:
     """Report every tensor Python can reach, by device, each storage counted once.
 
-    Drop-in for ``pytorch_memlab.MemReporter``: same constructor, ``report()`` and
-    ``add_optimizer()``, same printed layout. Differences (all fixes): used memory is the
+    Drop-in for ``pytorch_memlab.MemReporter``: same constructor, ``report()``,
+    ``add_optimizer()``, ``collect_tensor()``, ``get_stats()``, ``print_stats()`` and
+    ``device_tensor_stat``, same printed layout. Differences (all fixes): used memory is the
     storage's real size (pytorch_memlab multiplies it by the element size again), tied and
     shared storages are counted once, and on CUDA the report accounts for the whole of
     ``torch.cuda.memory_allocated()``.
 
-    The reporter keeps only weak references to the model and optimizers; names are read
-    from them at each report, so they are always current.
+    Names are taken from the model when the reporter is built, as pytorch_memlab does, so a
+    container that is not kept elsewhere (``MemReporter(nn.ModuleDict({...}))``) still names
+    its parameters; while the model lives, its current names are used (parameters added
+    later are named too). Only weak references are kept: the reporter keeps no tensor,
+    model or optimizer alive.
 
     >>> import torch, memlab_rs
     >>> linear = torch.nn.Linear(1024, 1024)
@@ -148,8 +151,14 @@ class MemReporter:
                 "pass the module whose parameters you want named, or nothing"
             )
         self._model = None if model is None else weakref.ref(model)
+        # The names at construction, weakly: they outlive a model nobody else keeps.
+        self._names_at_start = [] if model is None else _weak_names(model)
         self._optimizers: list[weakref.ref] = []
         self.pre_collect = pre_collect
+        # pytorch_memlab's three-step API: collect_tensor() -> get_stats() -> print_stats().
+        self._collected: Any = None  # the table of the last collect_tensor(), not yet used
+        self._stats: Any = None  # the table get_stats() or report() turned into stats
+        self._device_tensor_stat: dict | None = {}
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Name the optimizer's state after its parameters: ``Adam.weight.exp_avg``.
@@ -171,12 +180,26 @@ class MemReporter:
         model = self._model() if self._model is not None else None
         if model is not None:
             named.extend(_torch.module_tensor_names(model))
+        else:
+            for ref, name in self._names_at_start:
+                tensor = ref()
+                if tensor is not None:
+                    named.append((tensor, name))
         param_names = {id(t): name for t, name in named}
         for ref in self._optimizers:
             optimizer = ref()
             if optimizer is not None:
                 named.extend(_torch.optimizer_tensor_names(optimizer, param_names))
         return named
+
+    def _table(self) -> Any:
+        """Walk now: every device, CUDA figures added, no view applied."""
+        table = _core.collect_report(self._named_tensors(), self.pre_collect)
+        cuda_devices = [d for d in table.devices() if d.startswith("cuda")]
+        cuda_devices += [d for d in _torch.cuda_devices_with_memory() if d not in cuda_devices]
+        for dev in cuda_devices:
+            table = table.with_cuda(dev, *_torch.cuda_allocator_figures(dev))
+        return table
 
     def collect(
         self,
@@ -189,17 +212,11 @@ class MemReporter:
 
         ``device`` keeps one device (a bare ``"cuda"`` means the current one); ``sort_by``
         is None (the order found: the model's tensors first), ``"size"`` or ``"name"``;
-        ``top`` keeps the first N rows per device, totals still covering every tensor.
+        ``top`` keeps the first N rows per device (any integer-like value), totals still
+        covering every tensor; ``verbose`` is read as a truth value.
         """
-        if top is not None and (not isinstance(top, int) or top < 0):
-            raise ValueError(f"top must be a non-negative int or None, got {top!r}")
-        table = _core.collect_report(self._named_tensors(), self.pre_collect)
-        cuda_devices = [d for d in table.devices() if d.startswith("cuda")]
-        cuda_devices += [d for d in _torch.cuda_devices_with_memory() if d not in cuda_devices]
-        for dev in cuda_devices:
-            table = table.with_cuda(dev, *_torch.cuda_allocator_figures(dev))
-        wanted = None if device is None else [_torch.device_key(device)]
-        return MemoryReport(table.view(wanted, sort_by, top), verbose=verbose)
+        wanted, top = _view_arguments(device, top)
+        return MemoryReport(self._table().view(wanted, sort_by, top), verbose=bool(verbose))
 
     def report(
         self,
@@ -209,6 +226,8 @@ class MemReporter:
         top: int | None = None,
     ) -> None:
         """Print the table, as pytorch_memlab does; see ``collect()`` for the arguments.
+
+        Like pytorch_memlab's, it also leaves the stats in ``device_tensor_stat``.
 
         >>> import torch, memlab_rs
         >>> model = torch.nn.Linear(2, 2)
@@ -220,7 +239,58 @@ class MemReporter:
         ... 1 more tensors                                                8.00B
         ...
         """
-        print(self.collect(device, sort_by, top, verbose).to_text(), end="")
+        wanted, top = _view_arguments(device, top)
+        table = self._table()
+        shown = table.view(wanted, sort_by, top)  # checks sort_by before anything is kept
+        self._collected = None
+        self._use_stats(table)
+        print(shown.text(bool(verbose)), end="")
+
+    def collect_tensor(self) -> None:
+        """pytorch_memlab's first step: find every tensor now (``get_stats()`` turns them
+        into ``device_tensor_stat``). What it keeps is plain data: no tensor stays alive.
+
+        >>> import torch, memlab_rs
+        >>> lin = torch.nn.Linear(2, 2)
+        >>> reporter = memlab_rs.MemReporter(lin)
+        >>> reporter.collect_tensor(); reporter.get_stats()
+        >>> reporter.device_tensor_stat[torch.device("cpu")][:2]
+        [('weight', (2, 2), 4, 16), ('bias', (2,), 2, 8)]
+        """
+        self._collected = self._table()
+
+    def get_stats(self) -> None:
+        """pytorch_memlab's second step: turn what ``collect_tensor()`` found into
+        ``device_tensor_stat`` (empty if nothing was collected since the last call)."""
+        table, self._collected = self._collected, None
+        self._use_stats(table)
+
+    @property
+    def device_tensor_stat(self) -> dict[torch.device, list[tuple[str, Any, int, int]]]:
+        """pytorch_memlab's stats of the last ``get_stats()`` or ``report()``: per
+        ``torch.device``, one ``(name, size, numel, memory)`` tuple per row, as
+        pytorch_memlab builds them (``name(->owner)`` for a shared storage, ``(1,)`` for a
+        scalar), with this report's exact bytes."""
+        if self._device_tensor_stat is None:
+            self._device_tensor_stat = _device_tensor_stat(self._stats)
+        return self._device_tensor_stat
+
+    @device_tensor_stat.setter
+    def device_tensor_stat(self, value: dict) -> None:
+        self._device_tensor_stat = value
+
+    def print_stats(self, verbose: bool = False, target_device: DeviceLike | None = None) -> None:
+        """pytorch_memlab's third step: print the table of the last ``get_stats()`` (only
+        ``target_device`` when given)."""
+        wanted, _ = _view_arguments(target_device, None, name="target_device")
+        if self._stats is None:
+            print(_HEADER)
+            return
+        print(self._stats.view(wanted, None, None).text(bool(verbose)), end="")
+
+    def _use_stats(self, table: Any) -> None:
+        self._stats = table
+        self._device_tensor_stat = None if table is not None else {}
 
     def to_json(self, device: DeviceLike | None = None) -> str:
         """A fresh report as JSON."""
@@ -232,3 +302,54 @@ class MemReporter:
 
     def _repr_html_(self) -> str:
         return self.collect()._repr_html_()
+
+
+_HEADER = "Element type                                            Size  Used MEM"
+
+
+def _weak_names(model: torch.nn.Module) -> list[tuple[weakref.ref, str]]:
+    """The model's (tensor, name) pairs, each tensor held by a weak reference."""
+    out = []
+    for tensor, name in _torch.module_tensor_names(model):
+        try:
+            out.append((weakref.ref(tensor), name))
+        except TypeError:  # a tensor type without weak references: named while alive only
+            continue
+    return out
+
+
+def _view_arguments(
+    device: Any, top: Any, name: str = "device"
+) -> tuple[list[str] | None, int | None]:
+    """Check ``device`` and ``top`` as Python code passes them (np.int64, truthy values)."""
+    wanted = None if device is None else [_torch.report_device(device, name)]
+    if top is not None:
+        if isinstance(top, bool):
+            raise TypeError(f"top must be a number of rows (an int >= 0) or None, got {top!r}")
+        try:
+            top = operator.index(top)
+        except TypeError:
+            raise TypeError(
+                f"top must be a number of rows (an int >= 0) or None, got {top!r} "
+                f"({type(top).__name__})"
+            ) from None
+        if top < 0:
+            raise ValueError(f"top must be a non-negative int or None, got {top}")
+    return wanted, top
+
+
+def _device_tensor_stat(table: Any) -> dict[torch.device, list[tuple[str, Any, int, int]]]:
+    """pytorch_memlab's per-device ``(name, size, numel, memory)`` lists from a table."""
+    out: dict[torch.device, list[tuple[str, Any, int, int]]] = {}
+    if table is None:
+        return out
+    cols = table.columns()
+    for i, name in enumerate(cols["name"]):
+        shape = cols["shape"][i]
+        if shape == ():
+            shape = (1,)
+        owner = cols["shared_with"][i]
+        label = name if owner is None else f"{name}(->{owner})"
+        stat = (label, shape, int(cols["numel"][i]), int(cols["bytes"][i]))
+        out.setdefault(torch.device(cols["device"][i]), []).append(stat)
+    return out

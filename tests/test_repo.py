@@ -1,0 +1,93 @@
+"""The repository stands on its own: its documents point only at its own files, the README
+starts with the two set-up commands, one version, a licence, the supported CPythons."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import memlab_rs
+
+ROOT = Path(__file__).parent.parent
+TEXT_SUFFIXES = {".md", ".py", ".toml", ".txt", ".ipynb", ".rs", ".cfg", ".ini", ".yml"}
+
+
+def tracked_text_files() -> list[Path]:
+    try:
+        out = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        files = [ROOT / line for line in out.splitlines()]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an sdist)
+        skipped = {".git", ".venv", "target", ".mypy_cache", ".whl"}
+        files = [p for p in ROOT.rglob("*") if not skipped & set(p.relative_to(ROOT).parts)]
+    names = {"Makefile", "LICENSE"}
+    return [p for p in files if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.name in names)]
+
+
+def test_nothing_points_outside_the_repository():
+    outside = re.compile(r"\.\./shared|shared/(GPU|DESIGN|TORCH_MEMORY)\.md|/work/")
+    found = []
+    for path in tracked_text_files():
+        if path == Path(__file__):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if outside.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_markdown_links_lead_to_files_of_the_repository():
+    link = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
+    broken = []
+    for path in tracked_text_files():
+        if path.suffix != ".md":
+            continue
+        for target, _ in link.findall(path.read_text()):
+            if re.match(r"[a-z]+://|mailto:", target):
+                continue
+            resolved = (path.parent / target).resolve()
+            if not resolved.exists() or ROOT.resolve() not in resolved.parents:
+                broken.append(f"{path.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+def test_readme_starts_with_the_two_setup_commands():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```")[1]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:]]
+    assert [c for c in commands if c] == ["make demo", "make test"]
+    assert "CPython 3.9 to 3.13" in readme
+    assert "3.12+" in readme.split("## LineProfiler")[1].splitlines()[0]
+
+
+def test_one_version_from_cargo_toml():
+    cargo = (ROOT / "Cargo.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', cargo, re.M).group(1)
+    assert memlab_rs.__version__ == version
+    assert memlab_rs._core.__version__ == version
+    assert importlib.metadata.version("memlab_rs") == version
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject
+    assert not re.search(r"^version\s*=", pyproject, re.M)
+
+
+def test_licence_and_classifiers():
+    licence = (ROOT / "LICENSE").read_text()
+    assert licence.startswith("MIT License")
+    assert "Copyright (c) 2026 memlab_rs developers" in licence
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "License :: OSI Approved :: MIT License" in pyproject
+    for minor in range(9, 14):
+        assert f'"Programming Language :: Python :: 3.{minor}"' in pyproject
+    assert 'requires-python = ">=3.9"' in pyproject
+
+
+@pytest.mark.parametrize("figure", ["1.9x", "6-8x", "1.1-1.2x"])
+def test_the_guide_states_the_tracing_slowdown_below_312(figure):
+    cost = (ROOT / "docs" / "guide.md").read_text().split("### Cost")[1].split("\n## ")[0]
+    assert figure in cost and "3.12" in cost
