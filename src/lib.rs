@@ -28,12 +28,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
-    use line_profiler::hooks;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_start, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_resume, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_line, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_leave, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_throw, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_trace_new_thread, m)?)?;
+    use line_profiler::{monitoring, tracing};
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_start, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_resume, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_line, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
+    m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
+    line_profiler::register(m)?;
     Ok(())
 }
