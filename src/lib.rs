@@ -45,12 +45,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         line_profiler::cuda_direct::_cuda_direct_checks,
         m
     )?)?;
-    use line_profiler::hooks;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_start, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_resume, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_line, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_leave, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_monitoring_on_throw, m)?)?;
-    m.add_function(wrap_pyfunction!(hooks::_trace_new_thread, m)?)?;
+    use line_profiler::{monitoring, tracing};
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_start, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_resume, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_line, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
+    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
+    m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
+    line_profiler::register(m)?;
     Ok(())
 }

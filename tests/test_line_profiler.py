@@ -346,8 +346,8 @@ def test_the_previous_tracer_comes_back():
 
     if sys.version_info >= (3, 12):
         with LineProfiler(outer, device="cpu"):
-            assert sys.monitoring.get_tool(2) == "memlab_rs"
-        assert sys.monitoring.get_tool(2) is None
+            assert "memlab_rs" in (sys.monitoring.get_tool(3), sys.monitoring.get_tool(4))
+        assert "memlab_rs" not in (sys.monitoring.get_tool(3), sys.monitoring.get_tool(4))
         return
     sys.settrace(tracer)
     try:

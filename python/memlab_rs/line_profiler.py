@@ -84,6 +84,17 @@ class LineRecordsDisplay:
         """The columns shown."""
         return self._view.columns
 
+    @property
+    def notices(self) -> list[str]:
+        """Why the numbers may be incomplete, one line each (events dropped, errors met,
+        threads whose tracer was replaced); empty when there is nothing to say. The text and
+        HTML print them under the tables.
+
+        >>> LineProfiler().display().notices
+        []
+        """
+        return self._view.notices
+
     def records(self) -> list[dict[str, Any]]:
         """One dict per source line: function, line, hits, code and each column's value.
 
@@ -100,10 +111,13 @@ class LineRecordsDisplay:
         return out
 
     def to_dataframe(self):
-        """The records as a pandas DataFrame (needs the ``pandas`` extra)."""
+        """The records as a pandas DataFrame (needs the ``pandas`` extra); the notices are in
+        its ``attrs["notices"]``."""
         import pandas as pd
 
-        return pd.DataFrame(self.records())
+        frame = pd.DataFrame(self.records())
+        frame.attrs["notices"] = self.notices
+        return frame
 
 
 class LineProfiler:

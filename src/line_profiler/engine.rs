@@ -4,10 +4,34 @@
 //! Several `LineProfiler`s may be enabled at once (the global one behind `@profile` and a
 //! user's own). A peak reset by one would hide a peak from another, so every event samples
 //! each source in use once and hands the sample to every collector reading that source.
+//!
+//! # The engine lock
+//! One lock guards the engine and the hooks' own state (see `hooks::sync`). Its rules:
+//! - It is taken with the GIL held. If another thread holds it, that thread may need the GIL
+//!   to finish (the engine calls into torch, and a garbage collection there can run any
+//!   finaliser), so `with_engine` waits with the GIL released, never holding it.
+//! - It is never taken twice on one thread. Code the engine runs (a finaliser during a
+//!   collection, profiled code called from it) that calls the profiler again gets a clear
+//!   error from `with_engine`; the interpreter hooks drop such events and count them
+//!   (`try_with_engine`), and the report says how many were dropped.
+//! - The at-fork handlers hold it across `fork()`, so a child never inherits it locked by a
+//!   thread the child does not have (see `fork_prepare`).
+//!
+//! Other locks in the line profiler are leaves: held only with the GIL, never across a call
+//! into Python and never while taking another lock, so no thread can hold one at a fork.
+//!
+//! # Incidents
+//! What the hooks could not do (an event dropped because the engine was busy, an error while
+//! handling one, a thread whose tracer was replaced) happens where the engine may not be
+//! available, so it is queued here (`report_incident`, `PENDING_DROPS`) and folded into every
+//! enabled collector the next time anyone takes the engine. Reports print them as notices.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use super::frames::{Frame, Row, ThreadStack};
@@ -45,6 +69,16 @@ pub struct Collector {
     pub session_peak: Vec<i64>,
     /// The layout of the source last read (names for reports and column checks).
     pub names: Vec<String>,
+    /// Events of its code objects dropped because the engine was busy.
+    pub dropped: u64,
+    /// Errors met while handling its events, and the first of them.
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Lines the report prints under the tables (threads that stopped being profiled, ...).
+    pub notices: Vec<String>,
+    /// The CUDA direct reader's fallback notice for this device when the collector was
+    /// enabled: only a newer one happened while it read, and belongs in its report.
+    cuda_notice_at_enable: Option<String>,
 }
 
 /// What happened in a profiled code object.
@@ -65,10 +99,21 @@ pub enum Event {
 /// Work the caller must do after releasing the engine (it runs Python code).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
-    /// The first CPU-profiled frame started on this thread: start tracking storages here.
-    TrackCpuOnThisThread,
-    /// The last CPU-profiled frame on this thread left: stop tracking storages here.
-    UntrackCpuOnThisThread,
+    /// The first CPU-profiled frame started on this thread (`thread`, the calling one):
+    /// start tracking storages here.
+    TrackCpu { thread: u64 },
+    /// The last CPU-profiled frame on the calling thread left, or profiling ended for it:
+    /// stop tracking storages here.
+    UntrackCpuHere,
+    /// Profiling ended for another thread still inside a CPU-profiled frame: its tracking
+    /// must stop counting at once (only that thread can take it off, later).
+    RetireCpu { thread: u64 },
+}
+
+/// Something the hooks met outside the engine, for the reports of the enabled collectors.
+pub enum Incident {
+    Error(String),
+    Notice(String),
 }
 
 #[derive(Default)]
@@ -81,26 +126,138 @@ pub struct Engine {
     cpu_depth: HashMap<u64, u32>,
 }
 
-pub static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
 
-/// Run `f` on the engine (created on first use). Never called re-entrantly: callers do not
-/// run Python code while they hold it.
-pub fn with_engine<T>(f: impl FnOnce(&mut Engine) -> T) -> T {
-    let mut guard = ENGINE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(guard.get_or_insert_with(Engine::default))
+thread_local! {
+    /// Whether the calling thread holds the engine (it must not take it again).
+    static HELD: Cell<bool> = const { Cell::new(false) };
+    /// The engine, held by this thread across a fork (see `fork_prepare`).
+    static FORK_GUARD: RefCell<Option<MutexGuard<'static, Option<Engine>>>> =
+        const { RefCell::new(None) };
 }
 
-/// Like `with_engine` for the interpreter hooks: if the engine is busy (which would mean
-/// another thread released the GIL while holding it) the event is dropped, never waited for.
+/// Events dropped because the engine was busy, not yet folded into the collectors.
+pub static PENDING_DROPS: AtomicU64 = AtomicU64::new(0);
+static PENDING_ANY: AtomicBool = AtomicBool::new(false);
+/// A leaf lock: only strings go in and out.
+static PENDING: Mutex<Vec<Incident>> = Mutex::new(Vec::new());
+
+/// Queue an incident for every collector enabled now (folded at the next engine entry).
+pub fn report_incident(incident: Incident) {
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    if pending.len() < 1024 {
+        pending.push(incident);
+    }
+    PENDING_ANY.store(true, Relaxed);
+}
+
+/// Whether the calling thread holds the engine now.
+pub fn held_here() -> bool {
+    HELD.with(Cell::get)
+}
+
+/// Marks the calling thread as holding the engine until dropped (also on a panic).
+struct Held;
+
+impl Held {
+    fn mark() -> Self {
+        HELD.with(|held| held.set(true));
+        Held
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.with(|held| held.set(false));
+    }
+}
+
+fn busy_error() -> PyErr {
+    PyRuntimeError::new_err(
+        "the line profiler is busy on this thread: it was called from code that runs inside \
+         the profiler itself (a finaliser during a garbage collection, or a callback); call \
+         it again once that code has returned",
+    )
+}
+
+/// Take the engine lock; while another thread holds it, wait with the GIL released.
+fn lock(py: Python<'_>) -> MutexGuard<'static, Option<Engine>> {
+    loop {
+        match ENGINE.try_lock() {
+            Ok(guard) => return guard,
+            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => py.detach(|| {
+                // Wait until it is free; take it for real with the GIL held, above.
+                drop(ENGINE.lock());
+            }),
+        }
+    }
+}
+
+/// Run `f` on the engine (created on first use). A call from code the engine itself runs
+/// on this thread gets a clear error instead of a deadlock.
+pub fn with_engine<T>(py: Python<'_>, f: impl FnOnce(&mut Engine) -> PyResult<T>) -> PyResult<T> {
+    if held_here() {
+        return Err(busy_error());
+    }
+    let mut guard = lock(py);
+    let _held = Held::mark();
+    let engine = guard.get_or_insert_with(Engine::default);
+    engine.fold_pending();
+    f(engine)
+}
+
+/// Like `with_engine` for the interpreter hooks: if the engine is busy (held on this thread,
+/// or by another thread that released the GIL) the event is not waited for: None.
 pub fn try_with_engine<T>(f: impl FnOnce(&mut Engine) -> T) -> Option<T> {
+    if held_here() {
+        return None;
+    }
     let mut guard = match ENGINE.try_lock() {
         Ok(guard) => guard,
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return None,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
     };
-    Some(f(guard.get_or_insert_with(Engine::default)))
+    let _held = Held::mark();
+    let engine = guard.get_or_insert_with(Engine::default);
+    if PENDING_ANY.load(Relaxed) || PENDING_DROPS.load(Relaxed) != 0 {
+        engine.fold_pending();
+    }
+    Some(f(engine))
+}
+
+/// Before `fork()`: take the engine and keep it across the fork, so that no other thread
+/// holds it at that moment (a child would inherit it locked forever). Runs with the GIL;
+/// waits for a holder with the GIL released.
+pub fn fork_prepare(py: Python<'_>) {
+    if held_here() {
+        return; // forked from code the engine runs: the engine stays as it is
+    }
+    let guard = lock(py);
+    HELD.with(|held| held.set(true));
+    FORK_GUARD.with(|slot| *slot.borrow_mut() = Some(guard));
+}
+
+/// After `fork()` in the parent: let the engine go; profiling goes on as before.
+pub fn fork_parent() {
+    if let Some(guard) = FORK_GUARD.with(|slot| slot.borrow_mut().take()) {
+        drop(guard);
+        HELD.with(|held| held.set(false));
+    }
+}
+
+/// After `fork()` in the child: nothing is enabled, no frame is open, no source is read (the
+/// child has only the forking thread and a copy of the allocator it must not trust). Rows
+/// recorded before the fork stay; the child is profiled again only if it asks.
+pub fn fork_child() {
+    if let Some(mut guard) = FORK_GUARD.with(|slot| slot.borrow_mut().take()) {
+        if let Some(engine) = guard.as_mut() {
+            engine.reset_after_fork();
+        }
+        drop(guard);
+        HELD.with(|held| held.set(false));
+    }
+    PENDING_DROPS.store(0, Relaxed);
 }
 
 impl Engine {
@@ -113,6 +270,11 @@ impl Engine {
             cumulative: Vec::new(),
             session_peak: Vec::new(),
             names: Vec::new(),
+            dropped: 0,
+            errors: 0,
+            first_error: None,
+            notices: Vec::new(),
+            cuda_notice_at_enable: None,
         };
         self.collectors.push(Some(collector));
         self.collectors.len() - 1
@@ -175,6 +337,7 @@ impl Engine {
             .and_then(Option::as_mut)
             .expect("checked above");
         collector.enabled = true;
+        collector.cuda_notice_at_enable = cuda_notice(device);
         for (index, code) in collector.codes.iter().enumerate() {
             let address = code.object.as_ptr() as usize;
             self.watched
@@ -196,6 +359,7 @@ impl Engine {
             self.sources[i].validate(py)?;
         }
         self.sample_all(py)?;
+        self.gather_source_notices(id);
         let source = self.source_index(device);
         let collector = self.collector_mut(id)?;
         collector.enabled = false;
@@ -203,10 +367,9 @@ impl Engine {
         let mut actions = Vec::new();
         for mut stack in stacks {
             while !stack.frames.is_empty() {
-                if let Some(source) = source {
-                    self.pop_frame(id, source, &mut stack);
-                } else {
-                    stack.frames.pop();
+                match source {
+                    Some(source) => self.pop_frame(id, source, &mut stack),
+                    None => drop(stack.frames.pop()),
                 }
                 if device == Device::Cpu {
                     actions.extend(self.cpu_leave(stack.thread, thread));
@@ -221,16 +384,123 @@ impl Engine {
         Ok(actions)
     }
 
-    /// Forget every function and every row (the profiler stays enabled or not).
+    /// Forget every function and every row, and what the report would have said about
+    /// them (the profiler stays enabled or not).
     pub fn clear(&mut self, py: Python<'_>, id: usize, thread: u64) -> PyResult<Vec<Action>> {
         let was_enabled = self.collector(id)?.enabled;
         let actions = self.disable(py, id, thread)?;
         let collector = self.collector_mut(id)?;
         collector.codes.clear();
+        collector.dropped = 0;
+        collector.errors = 0;
+        collector.first_error = None;
+        collector.notices.clear();
         if was_enabled {
             self.enable(py, id)?;
         }
         Ok(actions)
+    }
+
+    /// Profiling ends on `thread` (the calling one) for every collector: its tracer was
+    /// replaced. Its open lines close with the values now, and `notice` says so in the report
+    /// of every enabled collector.
+    pub fn stop_thread(
+        &mut self,
+        py: Python<'_>,
+        thread: u64,
+        notice: String,
+    ) -> PyResult<Vec<Action>> {
+        self.sample_all(py)?;
+        let mut actions = Vec::new();
+        for id in 0..self.collectors.len() {
+            let Some(Some(collector)) = self.collectors.get_mut(id) else {
+                continue;
+            };
+            if !collector.enabled {
+                continue;
+            }
+            collector.notices.push(notice.clone());
+            let device = collector.device;
+            let Some(at) = collector.threads.iter().position(|s| s.thread == thread) else {
+                continue;
+            };
+            let mut stack = collector.threads.swap_remove(at);
+            while !stack.frames.is_empty() {
+                match self.source_index(device) {
+                    Some(source) => self.pop_frame(id, source, &mut stack),
+                    None => drop(stack.frames.pop()),
+                }
+                if device == Device::Cpu {
+                    actions.extend(self.cpu_leave(thread, thread));
+                }
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Add `notice` to the report of every enabled collector.
+    pub fn notice_enabled(&mut self, notice: String) {
+        for collector in self.collectors.iter_mut().flatten() {
+            if collector.enabled && !collector.notices.contains(&notice) {
+                collector.notices.push(notice.clone());
+            }
+        }
+    }
+
+    /// In a forked child: nothing enabled, no frame open, no source read.
+    fn reset_after_fork(&mut self) {
+        for collector in self.collectors.iter_mut().flatten() {
+            collector.enabled = false;
+            collector.threads.clear();
+        }
+        self.watched.clear();
+        self.sources.clear();
+        self.cpu_depth.clear();
+    }
+
+    /// Hand the queued incidents to every enabled collector.
+    fn fold_pending(&mut self) {
+        let dropped = PENDING_DROPS.swap(0, Relaxed);
+        let incidents = if PENDING_ANY.swap(false, Relaxed) {
+            std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            Vec::new()
+        };
+        for collector in self.collectors.iter_mut().flatten() {
+            if !collector.enabled {
+                continue;
+            }
+            collector.dropped += dropped;
+            for incident in &incidents {
+                match incident {
+                    Incident::Error(text) => {
+                        collector.errors += 1;
+                        collector.first_error.get_or_insert_with(|| text.clone());
+                    }
+                    Incident::Notice(text) => collector.notices.push(text.clone()),
+                }
+            }
+        }
+    }
+
+    /// Lines a collector's source wants in its report: the CUDA direct reader's fallback to
+    /// the binding, when it happened while this collector read the device. Gathered when a
+    /// report is built and when the collector stops reading the source, each line once.
+    pub fn gather_source_notices(&mut self, id: usize) {
+        let mut lines: Vec<String> = Vec::new();
+        if let Ok(collector) = self.collector(id) {
+            let notice = cuda_notice(collector.device);
+            if notice.is_some() && notice != collector.cuda_notice_at_enable {
+                lines.extend(notice);
+            }
+        }
+        if let Ok(collector) = self.collector_mut(id) {
+            for line in lines {
+                if !collector.notices.contains(&line) {
+                    collector.notices.push(line);
+                }
+            }
+        }
     }
 
     pub fn drop_collector(&mut self, py: Python<'_>, id: usize, thread: u64) -> Vec<Action> {
@@ -274,6 +544,13 @@ impl Engine {
 
     pub fn any_enabled(&self) -> bool {
         self.collectors.iter().flatten().any(|c| c.enabled)
+    }
+
+    /// Addresses of the code objects some enabled collector watches.
+    pub fn watched_addresses(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self.watched.keys().copied().collect();
+        out.sort_unstable();
+        out
     }
 
     /// Code objects some enabled collector watches (the hooks turn events on for these).
@@ -424,11 +701,11 @@ impl Engine {
     fn cpu_enter(&mut self, thread: u64) -> Option<Action> {
         let depth = self.cpu_depth.entry(thread).or_insert(0);
         *depth += 1;
-        (*depth == 1).then_some(Action::TrackCpuOnThisThread)
+        (*depth == 1).then_some(Action::TrackCpu { thread })
     }
 
-    /// One CPU frame left `frame_thread`; only the current thread can change its own
-    /// dispatch modes, so only there does the last leave become an action.
+    /// One CPU frame left `frame_thread`. Only a thread can change its own dispatch modes:
+    /// the calling thread stops tracking at once, another thread's tracking is retired.
     fn cpu_leave(&mut self, frame_thread: u64, current: u64) -> Option<Action> {
         let depth = self.cpu_depth.get_mut(&frame_thread)?;
         *depth = depth.saturating_sub(1);
@@ -436,7 +713,13 @@ impl Engine {
             return None;
         }
         self.cpu_depth.remove(&frame_thread);
-        (frame_thread == current).then_some(Action::UntrackCpuOnThisThread)
+        Some(if frame_thread == current {
+            Action::UntrackCpuHere
+        } else {
+            Action::RetireCpu {
+                thread: frame_thread,
+            }
+        })
     }
 
     fn source_index(&self, device: Device) -> Option<usize> {
@@ -516,5 +799,13 @@ fn pop_frame_of(collector: &mut Collector, src: &Source, stack: &mut ThreadStack
     frame.close_line(&src.layout, &src.current, &collector.cumulative, rows, None);
     if let Some(caller) = stack.frames.last_mut() {
         caller.absorb(&frame);
+    }
+}
+
+/// The direct reader's fallback notice for a CUDA device (None for the CPU).
+fn cuda_notice(device: Device) -> Option<String> {
+    match device {
+        Device::Cuda(index) => super::cuda_direct::notice(usize::try_from(index).ok()?),
+        Device::Cpu => None,
     }
 }

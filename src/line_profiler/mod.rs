@@ -1,21 +1,28 @@
-//! The line profiler: interpreter hooks (`hooks`) feed per-frame line accounting
-//! (`frames`, `engine`) with samples from a memory source (`source`, `layout`); `report`
-//! turns the rows into a report that `render::line_text` and `render::line_html` print.
+//! The line profiler: interpreter hooks (`hooks`, through `monitoring` on 3.12+ or
+//! `tracing` on 3.9-3.11) feed per-frame line accounting (`frames`, `engine`) with samples
+//! from a memory source (`source`, `layout`); `report` turns the rows into a report that
+//! `render::line_text` and `render::line_html` print. `fork` keeps a forked child clean.
 
 pub mod cuda_direct;
 pub mod engine;
+pub mod fork;
 pub mod frames;
 pub mod hooks;
 pub mod layout;
+pub mod monitoring;
 pub mod report;
 pub mod source;
+pub mod thread_state;
+pub mod tracing;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use engine::{with_engine, Code};
-use hooks::{run_actions, sync, thread_id};
+use engine::{try_with_engine, with_engine, Code};
+use hooks::{run_actions, sync_locked, thread_id};
 use source::{Device, CPU};
 
 fn parse_device(device: &str) -> PyResult<Device> {
@@ -44,10 +51,10 @@ pub struct LineCollector {
 #[pymethods]
 impl LineCollector {
     #[new]
-    fn new(device: &str) -> PyResult<Self> {
+    fn new(py: Python<'_>, device: &str) -> PyResult<Self> {
         let device = parse_device(device)?;
         Ok(Self {
-            id: with_engine(|engine| engine.create(device)),
+            id: with_engine(py, |engine| Ok(engine.create(device)))?,
         })
     }
 
@@ -74,60 +81,77 @@ impl LineCollector {
             offsets,
             rows: Default::default(),
         };
-        let (_, new) = with_engine(|engine| engine.add_code(self.id, entry))?;
-        if new {
-            sync(py)?;
-        }
+        let new = with_engine(py, |engine| {
+            let (_, new) = engine.add_code(self.id, entry)?;
+            if new {
+                sync_locked(py, engine)?;
+            }
+            Ok(new)
+        })?;
         Ok(new)
     }
 
     fn enable(&self, py: Python<'_>) -> PyResult<()> {
         retire_dropped(py)?;
-        with_engine(|engine| engine.enable(py, self.id))?;
-        sync(py)
+        with_engine(py, |engine| {
+            engine.enable(py, self.id)?;
+            if let Err(error) = sync_locked(py, engine) {
+                // No hook, no profiling: the collector must not say it is enabled.
+                let _ = engine.disable(py, self.id, thread_id());
+                let _ = sync_locked(py, engine);
+                return Err(error);
+            }
+            Ok(())
+        })
     }
 
     fn disable(&self, py: Python<'_>) -> PyResult<()> {
         retire_dropped(py)?;
-        let actions = with_engine(|engine| engine.disable(py, self.id, thread_id()))?;
+        let (actions, synced) = with_engine(py, |engine| {
+            let actions = engine.disable(py, self.id, thread_id())?;
+            Ok((actions, sync_locked(py, engine)))
+        })?;
         run_actions(py, actions);
-        sync(py)
+        synced
     }
 
     /// Forget every function and every row.
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
         retire_dropped(py)?;
-        let actions = with_engine(|engine| engine.clear(py, self.id, thread_id()))?;
+        let (actions, synced) = with_engine(py, |engine| {
+            let actions = engine.clear(py, self.id, thread_id())?;
+            Ok((actions, sync_locked(py, engine)))
+        })?;
         run_actions(py, actions);
-        sync(py)
+        synced
     }
 
     fn set_device(&self, py: Python<'_>, device: &str) -> PyResult<()> {
         retire_dropped(py)?;
         let device = parse_device(device)?;
-        with_engine(|engine| engine.set_device(py, self.id, device))
+        with_engine(py, |engine| engine.set_device(py, self.id, device))
     }
 
     #[getter]
-    fn device(&self) -> PyResult<String> {
-        with_engine(|engine| Ok(engine.collector(self.id)?.device.name()))
+    fn device(&self, py: Python<'_>) -> PyResult<String> {
+        with_engine(py, |engine| Ok(engine.collector(self.id)?.device.name()))
     }
 
     /// How statistics are read while enabled: "allocator memory" (CUDA, located once),
     /// "torch._C._cuda_memoryStats" (CUDA, the binding) or "storage counts" (CPU).
     #[getter]
-    fn stats_reader(&self) -> Option<&'static str> {
-        with_engine(|engine| engine.reader(self.id))
+    fn stats_reader(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        with_engine(py, |engine| Ok(engine.reader(self.id)))
     }
 
     #[getter]
-    fn enabled(&self) -> PyResult<bool> {
-        with_engine(|engine| Ok(engine.collector(self.id)?.enabled))
+    fn enabled(&self, py: Python<'_>) -> PyResult<bool> {
+        with_engine(py, |engine| Ok(engine.collector(self.id)?.enabled))
     }
 
     /// The code objects this collector profiles, in registration order.
     fn codes(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
-        with_engine(|engine| {
+        with_engine(py, |engine| {
             Ok(engine
                 .collector(self.id)?
                 .codes
@@ -138,13 +162,13 @@ impl LineCollector {
     }
 
     /// The statistics this collector's source has (empty before CUDA is initialised).
-    fn column_names(&self) -> PyResult<Vec<String>> {
-        with_engine(|engine| Ok(engine.collector(self.id)?.names.clone()))
+    fn column_names(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        with_engine(py, |engine| Ok(engine.collector(self.id)?.names.clone()))
     }
 
     /// The highest value of every peak statistic seen while enabled.
     fn session_peaks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let pairs = with_engine(|engine| {
+        let pairs = with_engine(py, |engine| {
             let collector = engine.collector(self.id)?;
             Ok::<_, PyErr>(
                 collector
@@ -167,11 +191,13 @@ impl LineCollector {
     /// its source as (first line, lines) or None.
     fn report(
         &self,
+        py: Python<'_>,
         columns: Vec<String>,
         selected: Vec<u32>,
         sources: Vec<report::Source>,
     ) -> PyResult<crate::render::line::LineReportView> {
-        with_engine(|engine| {
+        with_engine(py, |engine| {
+            engine.gather_source_notices(self.id);
             let collector = engine.collector(self.id)?;
             if let Some(&bad) = selected
                 .iter()
@@ -185,31 +211,91 @@ impl LineCollector {
     }
 }
 
-/// Collectors dropped since the last call into the engine. A drop can happen whenever the
-/// garbage collector runs, also while the engine or the hooks are busy calling Python on
-/// this thread, so it only queues the id; the next call from Python does the work.
+/// Collectors dropped while they could not be retired at once (see `Drop`), and whether
+/// there are any. A leaf lock.
 static DROPPED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+static DROPPED_ANY: AtomicBool = AtomicBool::new(false);
 
 impl Drop for LineCollector {
+    /// A dropped collector is retired at once: disabled, and every hook it needed removed.
+    /// Not when the engine is busy: a drop can happen whenever the garbage collector runs,
+    /// also while the engine runs Python code on this thread (taking it again would
+    /// deadlock) or while another thread holds it (a destructor must not wait). Then the id
+    /// is queued, and the next safe point retires it: the next call into a profiler, or the
+    /// next interpreter event once the engine is free.
     fn drop(&mut self) {
-        DROPPED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(self.id);
+        // SAFETY: a pyclass is dropped by its type's deallocator, with the GIL held.
+        let py = unsafe { Python::assume_attached() };
+        let id = self.id;
+        let retired = try_with_engine(|engine| {
+            let actions = engine.drop_collector(py, id, thread_id());
+            (actions, sync_locked(py, engine))
+        });
+        match retired {
+            Some((actions, synced)) => {
+                run_actions(py, actions);
+                if let Err(error) = synced {
+                    hooks::remember(format!("removing the hooks of a dropped profiler: {error}"));
+                }
+            }
+            None => {
+                DROPPED.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+                DROPPED_ANY.store(true, Relaxed);
+            }
+        }
     }
 }
 
-/// Retire the collectors queued by `Drop` (never called with a lock held).
+/// Retire the collectors queued by `Drop` (a safe point: the engine is not held here).
 fn retire_dropped(py: Python<'_>) -> PyResult<()> {
-    let ids = std::mem::take(&mut *DROPPED.lock().unwrap_or_else(|p| p.into_inner()));
-    if ids.is_empty() {
+    if !DROPPED_ANY.swap(false, Relaxed) {
         return Ok(());
     }
-    for id in ids {
-        let actions = with_engine(|engine| engine.drop_collector(py, id, thread_id()));
-        run_actions(py, actions);
+    let ids = std::mem::take(&mut *DROPPED.lock().unwrap_or_else(|p| p.into_inner()));
+    let retired = with_engine(py, |engine| Ok(retire(py, engine, &ids)));
+    finish_retiring(py, ids, retired.ok())
+}
+
+/// `retire_dropped` from an interpreter hook: only when the engine is free now (it never
+/// waits), never raising.
+pub fn retire_dropped_if_free(py: Python<'_>) {
+    // A load first: this runs on every event, the swap only when there is work.
+    if !DROPPED_ANY.load(Relaxed) || engine::held_here() || !DROPPED_ANY.swap(false, Relaxed) {
+        return;
     }
-    sync(py)
+    let ids = std::mem::take(&mut *DROPPED.lock().unwrap_or_else(|p| p.into_inner()));
+    let retired = try_with_engine(|engine| retire(py, engine, &ids));
+    if let Err(error) = finish_retiring(py, ids, retired) {
+        hooks::remember(error.to_string());
+    }
+}
+
+type Retired = (Vec<engine::Action>, PyResult<()>);
+
+fn retire(py: Python<'_>, engine: &mut engine::Engine, ids: &[usize]) -> Retired {
+    let mut actions = Vec::new();
+    for &id in ids {
+        actions.extend(engine.drop_collector(py, id, thread_id()));
+    }
+    (actions, sync_locked(py, engine))
+}
+
+/// Run what retiring left to do, or queue the ids again when the engine was busy.
+fn finish_retiring(py: Python<'_>, ids: Vec<usize>, retired: Option<Retired>) -> PyResult<()> {
+    match retired {
+        Some((actions, synced)) => {
+            run_actions(py, actions);
+            synced
+        }
+        None => {
+            DROPPED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(ids);
+            DROPPED_ANY.store(true, Relaxed);
+            Ok(())
+        }
+    }
 }
 
 /// Count a new CPU storage of `nbytes` (called by the CPU dispatch mode).
@@ -236,10 +322,11 @@ pub fn _cpu_live() -> (i64, i64) {
     CPU.live()
 }
 
-/// Tell the core how to start and stop CPU storage tracking on the calling thread.
+/// Tell the core how the CPU source starts (`start(thread)`) and stops (`stop()`) tracking
+/// storages on the calling thread, and retires another thread's tracking (`retire(thread)`).
 #[pyfunction]
-pub fn _set_cpu_tracking(start: Py<PyAny>, stop: Py<PyAny>) {
-    hooks::set_cpu_tracking(start, stop);
+pub fn _set_cpu_tracking(start: Py<PyAny>, stop: Py<PyAny>, retire: Py<PyAny>) {
+    hooks::set_cpu_tracking(start, stop, retire);
 }
 
 /// Errors met while handling interpreter events (never raised into profiled code).
@@ -256,4 +343,22 @@ pub fn _hook_errors() -> Vec<String> {
 #[pyfunction]
 pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
     cuda_direct::why_not(device)
+}
+
+/// Run `callback` with the engine held on this thread (for tests: what the engine's own
+/// Python calls, such as a finaliser during a garbage collection, would meet).
+#[pyfunction]
+pub fn _run_inside_engine(py: Python<'_>, callback: &Bound<'_, PyAny>) -> PyResult<()> {
+    with_engine(py, |_| callback.call0().map(drop))
+}
+
+/// Register what this module adds to `memlab_rs._core` beyond the collector's basics, and
+/// the at-fork handlers.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<tracing::ThreadTracer>()?;
+    module.add_function(wrap_pyfunction!(_run_inside_engine, module)?)?;
+    module.add_function(wrap_pyfunction!(fork::_fork_prepare, module)?)?;
+    module.add_function(wrap_pyfunction!(fork::_fork_parent, module)?)?;
+    module.add_function(wrap_pyfunction!(fork::_fork_child, module)?)?;
+    fork::register(module)
 }

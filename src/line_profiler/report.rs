@@ -1,5 +1,6 @@
 //! Analysis: a collector's rows turned into a line report, one block per function with
-//! its source, for the columns the user asked for.
+//! its source, for the columns the user asked for, and the notices that say where the
+//! report may be incomplete.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -32,6 +33,34 @@ pub type Source = Option<(u32, Vec<String>)>;
 pub struct LineReport {
     pub columns: Vec<String>,
     pub blocks: Vec<FunctionBlock>,
+    /// Why the numbers may be incomplete, one line each (empty: nothing to say). Renderers
+    /// print them under the tables.
+    pub notices: Vec<String>,
+}
+
+/// What a collector's report must say about itself: events it lost, errors met while
+/// handling them, and the notices collected while it ran (threads whose tracer was
+/// replaced, a source's fallback, ...).
+pub fn notices(collector: &Collector) -> Vec<String> {
+    let mut out = Vec::new();
+    if collector.dropped > 0 {
+        out.push(format!(
+            "{} interpreter events were dropped because the profiler was busy (called from \
+             code it runs itself, or held by another thread): the lines they belong to may \
+             miss hits or memory",
+            collector.dropped
+        ));
+    }
+    if collector.errors > 0 {
+        out.push(format!(
+            "{} error(s) while handling interpreter events; the lines they belong to may be \
+             incomplete. The first: {}",
+            collector.errors,
+            collector.first_error.as_deref().unwrap_or("(unknown)")
+        ));
+    }
+    out.extend(collector.notices.iter().cloned());
+    out
 }
 
 /// Check `columns` against the statistics the collector's source has.
@@ -66,6 +95,7 @@ pub fn build(
         return Ok(LineReport {
             columns: columns.to_vec(),
             blocks: Vec::new(),
+            notices: notices(collector),
         });
     }
     let device = collector.device.name();
@@ -124,5 +154,6 @@ pub fn build(
     Ok(LineReport {
         columns: columns.to_vec(),
         blocks,
+        notices: notices(collector),
     })
 }

@@ -37,6 +37,12 @@ impl LineReportView {
         self.report.columns.clone()
     }
 
+    /// Why the numbers may be incomplete, one line each (empty when nothing is to be said).
+    #[getter]
+    fn notices(&self) -> Vec<String> {
+        self.report.notices.clone()
+    }
+
     /// One record per source line: (qualname, line, hits, code, values or None).
     fn records(&self) -> Vec<LineRecord> {
         let mut out = Vec::new();

@@ -34,9 +34,22 @@ const STYLE: &str = "<style>\
 .memlab-lines td.code{white-space:pre;text-align:left}\
 .memlab-lines tr.idle td.code{opacity:0.6}\
 .memlab-rs h3.memlab-func{font-family:monospace;margin:0.6em 0 0.2em 0}\
+.memlab-rs .memlab-notes{margin:0.3em 0 1em 0}\
 </style>";
 
 pub fn render(report: &LineReport) -> String {
+    let mut out = tables(report);
+    if !report.notices.is_empty() {
+        out.push_str("<div class=\"memlab-rs\"><div class=\"memlab-notes\"><b>Notes</b><ul>");
+        for notice in &report.notices {
+            let _ = write!(out, "<li>{}</li>", escape(notice));
+        }
+        out.push_str("</ul></div></div>");
+    }
+    out
+}
+
+fn tables(report: &LineReport) -> String {
     if report.blocks.is_empty() {
         return "<p>No data collected</p>".to_string();
     }

@@ -2,6 +2,8 @@
 //! whose header is the dotted column names split over three rows (pandas' `to_string` of
 //! a three-level column index: a label is left out where it repeats the one to its left),
 //! then the values, the line number and the source line. Lines that never ran are blank.
+//! A report that may be incomplete ends with its notices (nothing when there are none, so
+//! the text is pytorch_memlab's).
 
 use crate::line_profiler::report::LineReport;
 use crate::size::memlab_bytes;
@@ -27,6 +29,19 @@ struct Column {
 }
 
 pub fn render(report: &LineReport) -> String {
+    let mut out = tables(report);
+    if !report.notices.is_empty() {
+        out.push_str("\nNotes:\n");
+        for notice in &report.notices {
+            out.push_str("- ");
+            out.push_str(notice);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn tables(report: &LineReport) -> String {
     if report.blocks.is_empty() {
         return "No data collected\n".to_string();
     }

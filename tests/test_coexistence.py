@@ -1,0 +1,546 @@
+"""The line profiler as a good neighbour: other tracers, profilers and coverage keep
+working, a fork starts clean, a replaced tracer is said so, and a dropped profiler leaves
+nothing installed.
+
+On Python 3.12+ the profiler uses its own ``sys.monitoring`` tool id (3 or 4); on 3.9-3.11
+a C trace function chained in front of each thread's own tracer.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+from memlab_rs import LineProfiler
+
+MiB = 1 << 20
+MONITORING = sys.version_info >= (3, 12)
+needs_monitoring = pytest.mark.skipif(
+    not MONITORING, reason="sys.monitoring (tool ids, cProfile's PROFILER_ID) exists from 3.12"
+)
+needs_settrace = pytest.mark.skipif(
+    MONITORING, reason="on 3.12+ the profiler uses sys.monitoring and leaves sys.settrace alone"
+)
+COLUMNS = ("allocated_bytes.all.allocated", "allocated_bytes.all.current")
+
+
+def by_line(lp, func, columns=COLUMNS):
+    return {r["code"].strip(): r for r in lp.display(func, columns).records()}
+
+
+def our_tool_ids():
+    return [i for i in range(6) if sys.monitoring.get_tool(i) == "memlab_rs"]
+
+
+def work():
+    a = torch.empty(256, 1024)
+    b = torch.empty(512, 1024)
+    return a, b
+
+
+def plain(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+def assert_work_profiled(lp):
+    lines = by_line(lp, work)
+    assert lines["a = torch.empty(256, 1024)"]["allocated_bytes.all.allocated"] == MiB
+    assert lines["b = torch.empty(512, 1024)"]["allocated_bytes.all.allocated"] == 2 * MiB
+
+
+# --- 3.12+: sys.monitoring tool ids -------------------------------------------------
+
+
+@needs_monitoring
+def test_profiler_never_takes_the_profiler_tool_id():
+    with LineProfiler(work, device="cpu"):
+        assert sys.monitoring.get_tool(sys.monitoring.PROFILER_ID) is None
+        assert our_tool_ids() in ([3], [4])
+    assert our_tool_ids() == []
+
+
+@needs_monitoring
+def test_cprofile_runs_while_enabled():
+    import cProfile
+    import pstats
+
+    with LineProfiler(work, device="cpu") as lp:
+        # The first CPU dispatch imports parts of torch lazily, which cProfile on 3.12 does
+        # not always follow: warm up outside cProfile.
+        work()
+        prof = cProfile.Profile()
+        prof.enable()
+        work()
+        plain(2)
+        prof.disable()
+    names = {name for (_, _, name) in pstats.Stats(prof).stats}
+    assert {"work", "plain"} <= names
+    assert_work_profiled(lp)
+    assert by_line(lp, work)["a = torch.empty(256, 1024)"]["hits"] == 2
+
+
+@needs_monitoring
+def test_cprofile_started_first_keeps_running():
+    import cProfile
+    import pstats
+
+    work()  # warm up the first CPU dispatch (see above)
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with LineProfiler(work, device="cpu") as lp:
+            work()
+            plain(2)
+    finally:
+        prof.disable()
+    assert {"work", "plain"} <= {name for (_, _, name) in pstats.Stats(prof).stats}
+    assert_work_profiled(lp)
+
+
+@needs_monitoring
+@pytest.mark.parametrize("core", ["sysmon", "ctrace"])
+def test_coverage_runs_while_enabled(monkeypatch, core):
+    coverage = pytest.importorskip("coverage")
+    monkeypatch.setenv("COVERAGE_CORE", core)
+    cov = coverage.Coverage(data_file=None, include=[__file__])
+    with LineProfiler(work, device="cpu") as lp:
+        cov.start()
+        try:
+            work()
+            plain(3)
+        finally:
+            cov.stop()
+    covered = set(cov.get_data().lines(__file__) or ())
+    first = plain.__code__.co_firstlineno
+    assert {first + 1, first + 2, first + 3, first + 4} <= covered
+    assert_work_profiled(lp)
+
+
+@needs_monitoring
+def test_a_taken_tool_id_falls_back_to_the_other():
+    sys.monitoring.use_tool_id(3, "someone")
+    try:
+        with LineProfiler(work, device="cpu") as lp:
+            assert our_tool_ids() == [4]
+            work()
+        assert_work_profiled(lp)
+    finally:
+        sys.monitoring.free_tool_id(3)
+
+
+@needs_monitoring
+def test_all_tool_ids_taken_is_a_clear_error():
+    sys.monitoring.use_tool_id(3, "tool three")
+    sys.monitoring.use_tool_id(4, "tool four")
+    try:
+        lp = LineProfiler(work, device="cpu")
+        with pytest.raises(RuntimeError, match="tool three.*tool four"):
+            lp.enable()
+        assert not lp.enabled
+    finally:
+        sys.monitoring.free_tool_id(3)
+        sys.monitoring.free_tool_id(4)
+    with LineProfiler(work, device="cpu") as lp:
+        work()
+    assert_work_profiled(lp)
+
+
+# --- 3.9-3.11: each thread keeps its own tracer --------------------------------------
+
+
+class Recorder:
+    """A sys.settrace tracer that records the functions it sees called."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, frame, event, arg):
+        if event == "call":
+            self.calls.append(frame.f_code.co_name)
+        return None
+
+
+@needs_settrace
+def test_a_worker_threads_own_tracer_survives_enable_and_disable():
+    recorder = Recorder()
+    ready, profiled, done = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def worker():
+        sys.settrace(recorder)
+        ready.set()
+        profiled.wait(30)
+        work()  # runs while the profiler is enabled
+        seen["during"] = sys.gettrace()
+        done.wait(30)
+        plain(2)  # runs after disable()
+        seen["after"] = sys.gettrace()
+        sys.settrace(None)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        ready.wait(30)
+        with LineProfiler(work, device="cpu") as lp:
+            profiled.set()
+            while "during" not in seen and thread.is_alive():
+                thread.join(0.01)
+    finally:
+        profiled.set()
+        done.set()
+        thread.join(30)
+    assert seen["after"] is recorder
+    # The tracer saw calls while the profiler was enabled and after it.
+    assert "work" in recorder.calls and "plain" in recorder.calls
+    assert_work_profiled(lp)
+
+
+@needs_settrace
+def test_the_enabling_threads_tracer_keeps_running_and_comes_back():
+    recorder = Recorder()
+    sys.settrace(recorder)
+    try:
+        with LineProfiler(work, device="cpu") as lp:
+            work()
+            plain(1)
+        assert sys.gettrace() is recorder
+    finally:
+        sys.settrace(None)
+    assert "work" in recorder.calls and "plain" in recorder.calls
+    assert_work_profiled(lp)
+
+
+@needs_settrace
+def test_coverage_on_a_worker_thread_survives(tmp_path):
+    coverage = pytest.importorskip("coverage")
+    ready, go, done = threading.Event(), threading.Event(), threading.Event()
+    result = {}
+
+    def worker():
+        cov = coverage.Coverage(data_file=None, include=[__file__])
+        cov.start()
+        ready.set()
+        go.wait(30)
+        plain(3)
+        cov.stop()
+        result["lines"] = set(cov.get_data().lines(__file__) or ())
+        done.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(30)
+    with LineProfiler(work, device="cpu"):
+        work()
+    go.set()
+    thread.join(60)
+    first = plain.__code__.co_firstlineno
+    assert {first + 1, first + 2, first + 3, first + 4} <= result["lines"]
+
+
+@needs_settrace
+def test_threads_started_while_enabled_keep_a_threading_settrace_hook():
+    recorder = Recorder()
+    threading.settrace(recorder)
+    try:
+        with LineProfiler(work, device="cpu") as lp:
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+        assert threading.gettrace() is recorder
+    finally:
+        threading.settrace(None)
+    assert "work" in recorder.calls
+    assert_work_profiled(lp)
+
+
+# --- sys.settrace() inside profiled code (3.9-3.11) ----------------------------------
+
+
+def replaces_the_tracer():
+    a = torch.empty(256, 1024)
+    sys.settrace(None)
+    b = torch.empty(512, 1024)
+    c = torch.empty(1024, 1024)
+    return a, b, c
+
+
+@needs_settrace
+def test_settrace_inside_profiled_code_stops_there_and_says_so():
+    with LineProfiler(replaces_the_tracer, device="cpu") as lp:
+        replaces_the_tracer()
+    lines = by_line(lp, replaces_the_tracer)
+    assert lines["a = torch.empty(256, 1024)"]["allocated_bytes.all.allocated"] == MiB
+    # The line that replaced the tracer is closed when it did, not charged with the rest.
+    assert lines["sys.settrace(None)"]["allocated_bytes.all.allocated"] == 0
+    assert lines["b = torch.empty(512, 1024)"]["hits"] == 0
+    shown = lp.display(replaces_the_tracer, COLUMNS)
+    line = replaces_the_tracer.__code__.co_firstlineno + 2
+    expected = (
+        f"profiling stopped on thread {threading.get_ident()} at {__file__}:{line}: "
+        "sys.settrace() replaced the profiler's tracer"
+    )
+    assert expected in shown.notices
+    assert expected in str(shown)
+    assert expected in shown._repr_html_().replace("&#x27;", "'").replace("&#39;", "'")
+
+
+def swaps_the_tracer_and_back():
+    a = torch.empty(256, 1024)
+    old = sys.gettrace()
+    sys.settrace(None)
+    b = torch.empty(512, 1024)
+    sys.settrace(old)
+    c = torch.empty(1024, 1024)
+    return a, b, c
+
+
+def make_one():
+    t = torch.empty(256, 1024)
+    return t
+
+
+def calls_swapper():
+    x = swaps_the_tracer_and_back()
+    y = make_one()  # a new frame: the tracer put back resumes profiling here
+    return x, y
+
+
+@needs_settrace
+def test_putting_back_what_gettrace_gave_resumes_profiling():
+    with LineProfiler(swaps_the_tracer_and_back, calls_swapper, make_one, device="cpu") as lp:
+        calls_swapper()
+    assert not ours(sys.gettrace())
+    swap = by_line(lp, swaps_the_tracer_and_back)
+    assert swap["b = torch.empty(512, 1024)"]["hits"] == 0
+    assert by_line(lp, make_one)["t = torch.empty(256, 1024)"][
+        "allocated_bytes.all.allocated"
+    ] == MiB
+    notices = lp.display().notices
+    assert any("profiling stopped on thread" in n for n in notices)
+    assert any("profiling resumed on thread" in n for n in notices)
+
+
+# --- deleting an enabled profiler ---------------------------------------------------
+
+
+def ours(tracer) -> bool:
+    """Whether a sys.gettrace() value belongs to memlab_rs."""
+    return "memlab_rs" in (getattr(tracer, "__module__", None) or type(tracer).__module__)
+
+
+def test_deleting_an_enabled_profiler_removes_every_hook():
+    before = sys.gettrace()
+    assert not ours(before)
+    lp = LineProfiler(work, device="cpu")
+    lp.enable()
+    del lp
+    gc.collect()
+    if MONITORING:
+        assert our_tool_ids() == []
+    else:
+        assert sys.gettrace() is before
+    with LineProfiler(work, device="cpu") as lp:
+        work()
+    assert_work_profiled(lp)
+
+
+def test_deleting_an_enabled_profiler_in_a_cycle_removes_every_hook():
+    before = sys.gettrace()
+    assert not ours(before)
+    lp = LineProfiler(work, device="cpu")
+    lp.cycle = lp  # freed only by the garbage collector
+    lp.enable()
+    del lp
+    gc.collect()
+    if MONITORING:
+        assert our_tool_ids() == []
+    else:
+        assert sys.gettrace() is before
+
+
+# --- fork ---------------------------------------------------------------------------
+
+
+def joined(*parts: str) -> str:
+    """One script from parts indented differently."""
+    return "".join(textwrap.dedent(part) for part in parts)
+
+
+FORK_CHILD_CHECKS = """
+    def hooks_of_ours():
+        if sys.version_info >= (3, 12):
+            return [i for i in range(6) if sys.monitoring.get_tool(i) == "memlab_rs"]
+        return sys.gettrace()
+
+    def child_checks(lp):
+        assert not lp.enabled, "the child inherited an enabled profiler"
+        assert not hooks_of_ours(), hooks_of_ours()
+        assert torch._C._len_torch_dispatch_stack() == 0
+        work()  # runs unprofiled, at full speed
+        before = lp.display(work, COLS).records()
+        assert [r["hits"] for r in before] == [r["hits"] for r in lp.display(work, COLS).records()]
+        with lp:  # the child may ask to be profiled
+            work()
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_child_forked_while_profiling_starts_clean(script):
+    out = script(joined(
+        """
+        import os, sys, torch
+        from memlab_rs import LineProfiler
+
+        COLS = ("allocated_bytes.all.allocated",)
+
+        def work():
+            a = torch.empty(256, 1024)
+            b = torch.empty(512, 1024)
+            return a, b
+        """,
+        FORK_CHILD_CHECKS,
+        """
+        def profiled_fork():
+            x = torch.empty(1024, 1024)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    child_checks(lp)
+                except BaseException as error:
+                    print("child failed:", repr(error), flush=True)
+                    os._exit(1)
+                os._exit(0)
+            y = torch.empty(256, 1024)
+            return pid, x, y
+
+        lp = LineProfiler(work, profiled_fork, device="cpu")
+        with lp:
+            pid, *_ = profiled_fork()
+            work()
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        lines = {r["code"].strip(): r for r in lp.display(None, COLS).records()}
+        print("x", lines["x = torch.empty(1024, 1024)"]["allocated_bytes.all.allocated"])
+        print("y", lines["y = torch.empty(256, 1024)"]["allocated_bytes.all.allocated"])
+        print("b", lines["b = torch.empty(512, 1024)"]["allocated_bytes.all.allocated"])
+        """,
+    ))
+    assert "child exit 0" in out, out
+    assert f"x {4 * MiB}" in out and f"y {MiB}" in out and f"b {2 * MiB}" in out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_multiprocessing_fork_child_starts_clean(script):
+    out = script(joined(
+        """
+        import multiprocessing, sys, torch
+        from memlab_rs import LineProfiler
+
+        COLS = ("allocated_bytes.all.allocated",)
+
+        def work():
+            a = torch.empty(256, 1024)
+            b = torch.empty(512, 1024)
+            return a, b
+        """,
+        FORK_CHILD_CHECKS,
+        """
+        def target():
+            child_checks(lp)
+
+        lp = LineProfiler(work, device="cpu")
+        with lp:
+            work()
+            process = multiprocessing.get_context("fork").Process(target=target)
+            process.start()
+            process.join(60)
+            work()
+        print("child exit", process.exitcode)
+        lines = {r["code"].strip(): r for r in lp.display(work, COLS).records()}
+        print("hits", lines["b = torch.empty(512, 1024)"]["hits"])
+        """,
+    ))
+    assert "child exit 0" in out, out
+    assert "hits 2" in out
+
+
+# --- the engine: re-entry and other threads -----------------------------------------
+
+
+def test_reentering_the_profiler_from_inside_it_is_a_clear_error():
+    from memlab_rs import _core
+
+    lp = LineProfiler(work, device="cpu")
+    seen = []
+
+    def inside():
+        try:
+            seen.append(lp.enabled)
+        except RuntimeError as error:
+            seen.append(str(error))
+
+    _core._run_inside_engine(inside)
+    assert len(seen) == 1 and "busy on this thread" in seen[0]
+    assert lp.enabled is False
+
+
+def test_waiting_for_another_threads_engine_releases_the_gil(script):
+    out = script(
+        """
+        import threading, time
+        from memlab_rs import LineProfiler, _core
+
+        lp = LineProfiler(device="cpu")
+        inside = threading.Event()
+
+        def hold():
+            def slow():
+                inside.set()
+                t = time.perf_counter()
+                while time.perf_counter() - t < 0.3:  # Python code: needs the GIL back
+                    pass
+            _core._run_inside_engine(slow)
+            print("held", flush=True)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        inside.wait(10)
+        enabled = lp.enabled  # waits for the engine, with the GIL released
+        print(f"enabled {enabled}", flush=True)
+        thread.join()
+        print("done")
+        """,
+        timeout=60,
+    )
+    assert "held" in out and "enabled False" in out and "done" in out
+
+
+def test_events_dropped_while_busy_are_reported():
+    from memlab_rs import _core
+
+    with LineProfiler(work, device="cpu") as lp:
+        work()
+        _core._run_inside_engine(work)  # every event of this call finds the engine busy
+    shown = lp.display(work, COLUMNS)
+    assert any(re.match(r"\d+ interpreter events were dropped", n) for n in shown.notices)
+    assert "interpreter events were dropped" in str(shown)
+    assert by_line(lp, work)["a = torch.empty(256, 1024)"]["hits"] == 1
+
+
+def test_no_notice_keeps_pytorch_memlabs_text():
+    with LineProfiler(work, device="cpu") as lp:
+        work()
+    shown = lp.display(work, COLUMNS)
+    assert shown.notices == []
+    text = str(shown)
+    assert "Notes" not in text
+    assert text.rstrip().endswith("return a, b") and text.endswith("\n")

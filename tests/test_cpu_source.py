@@ -1,0 +1,212 @@
+"""The CPU source's dispatch mode: it counts only while profiling, leaves no mode behind on
+the calling thread, never stacks up on a worker thread, and never crashes the process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from memlab_rs import LineProfiler, _core, _cpu_source
+
+MiB = 1 << 20
+
+
+def stack_len() -> int:
+    return torch._C._len_torch_dispatch_stack()
+
+
+class Passthrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def enters_a_mode(mode):
+    mode.__enter__()
+    x = torch.empty(256, 1024)
+    return x
+
+
+def test_disable_leaves_no_mode_on_the_calling_thread_even_when_not_innermost():
+    mode = Passthrough()
+    assert stack_len() == 0
+    with LineProfiler(enters_a_mode, device="cpu") as lp:
+        enters_a_mode(mode)  # returns with the user's mode above ours
+    assert stack_len() == 1 and torch._C._get_dispatch_stack_at(0) is mode
+    mode.__exit__(None, None, None)
+    assert stack_len() == 0
+    line = {r["code"].strip(): r for r in lp.display(columns=["allocated_bytes.all.allocated"])
+            .records()}["x = torch.empty(256, 1024)"]
+    assert line["allocated_bytes.all.allocated"] == MiB
+
+
+def loops_until_told(state):
+    state["stack"] = stack_len()
+    state["inside"].set()
+    while not state["stop"]:
+        if state["allocate"]:
+            state["kept"].append(torch.empty(1024, 1024))
+            state["allocate"] = False
+            state["stack"] = stack_len()
+            state["allocated"].set()
+        time.sleep(0.001)
+
+
+def test_a_worker_stops_counting_at_disable_and_counts_again_after_enable():
+    state = {"stop": False, "allocate": False, "kept": [], "inside": threading.Event(),
+             "allocated": threading.Event()}
+
+    def allocate_on_worker():
+        state["allocated"].clear()
+        state["allocate"] = True
+        assert state["allocated"].wait(30)
+
+    lp = LineProfiler(loops_until_told, device="cpu")
+    lp.enable()
+    thread = threading.Thread(target=loops_until_told, args=(state,))
+    thread.start()
+    try:
+        assert state["inside"].wait(30)
+        allocate_on_worker()
+        assert state["stack"] == 1  # our mode, on the worker
+        lp.disable()  # from another thread, while the worker is inside the function
+        assert stack_len() == 0
+        live = _core._cpu_live()
+        allocate_on_worker()
+        assert _core._cpu_live() == live, "a storage was counted after disable()"
+        lp.enable()
+        allocate_on_worker()
+        assert state["stack"] == 1, "modes from an earlier enable() stacked up"
+        assert _core._cpu_live()[0] >= live[0] + 4 * MiB
+    finally:
+        state["stop"] = True
+        thread.join(30)
+        lp.disable()
+    allocated = {r["code"].strip(): r for r in lp.display(columns=["allocated_bytes.all.allocated"])
+                 .records()}["state[\"kept\"].append(torch.empty(1024, 1024))"]
+    assert allocated["allocated_bytes.all.allocated"] == 4 * MiB
+
+
+def test_a_worker_that_ends_after_disable_pops_its_own_mode():
+    state = {"stop": False, "allocate": False, "kept": [], "inside": threading.Event(),
+             "allocated": threading.Event()}
+    popped = []
+    lp = LineProfiler(loops_until_told, device="cpu")
+
+    def run():
+        loops_until_told(state)
+        popped.append(stack_len())  # still on the worker: the retired mode is still there
+
+    with lp:
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert state["inside"].wait(30)
+    state["stop"] = True
+    thread.join(30)
+    assert popped == [1]
+    # The thread is gone: its record was finalised on it, which popped the mode.
+    assert _cpu_source._retired_modes_alive() == 0
+
+
+def test_a_hook_error_is_reported_with_the_first_message(monkeypatch):
+    def broken():
+        raise RuntimeError("adoption failed for the test")
+
+    monkeypatch.setattr(_cpu_source, "_adopt_existing", broken)
+    with LineProfiler(enters_a_mode, device="cpu") as lp:
+        enters_a_mode(Passthrough())
+    torch._C._pop_torch_dispatch_stack(None)  # the user's mode
+    notices = lp.display().notices
+    assert any("error" in n and "adoption failed for the test" in n for n in notices), notices
+
+
+CRASH_BLOCK = """
+    import threading, time, torch
+    from memlab_rs import LineProfiler
+
+    def work():
+        a = torch.empty(64, 64)
+        b = a * 2
+        return b
+
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            work()
+
+    with LineProfiler(work, device="cpu"):
+        threads = [threading.Thread(target=loop) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+    time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+"""
+
+CRASH_TOGGLE = """
+    import threading, time, torch
+    from memlab_rs import LineProfiler
+
+    def work():
+        a = torch.empty(64, 64)
+        b = a * 2
+        return b
+
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            work()
+
+    lp = LineProfiler(work, device="cpu")
+    lp.enable()
+    threads = [threading.Thread(target=loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    end = time.time() + 0.6
+    while time.time() < end:
+        time.sleep(0.02)
+        lp.disable()
+        time.sleep(0.02)
+        lp.enable()
+    lp.disable()
+    time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+"""
+
+
+def exit_codes(source: str, runs: int) -> list[int]:
+    """Run ``source`` ``runs`` times, two at a time, and return the exit codes."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "script.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(source))
+        codes: list[int] = []
+        for start in range(0, runs, 2):
+            procs = [
+                subprocess.Popen([sys.executable, path], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+                for _ in range(min(2, runs - start))
+            ]
+            codes += [p.wait(timeout=120) for p in procs]
+    return codes
+
+
+@pytest.mark.parametrize("source", [CRASH_BLOCK, CRASH_TOGGLE], ids=["block", "toggle"])
+def test_threads_inside_profiled_code_at_disable_never_crash_the_process(source):
+    codes = exit_codes(source, 10)
+    assert codes == [0] * len(codes)
