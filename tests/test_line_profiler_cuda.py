@@ -270,10 +270,12 @@ print("checks", *_core._cuda_direct_checks(0))
 print("notice", _core._cuda_direct_notice(0))
 rows = lp.display(lines, ["allocated_bytes.all.allocated"]).records()
 print("hits", sum(r["hits"] for r in rows))
+print("report", str(lp.display(lines)).count(_core._cuda_direct_notice(0)))
 """
     )
     assert printed(out, "before") == "allocator memory"
     assert printed(out, "after") == "torch._C._cuda_memoryStats"
+    assert printed_ints(out, "report") == [1]  # the line report says so too
     sample, memory, torch_said = shifted_notice(out)
     assert torch_said - memory == 512
     assert 64 <= sample <= 64 * 3 + 40  # at the first scheduled check after arming
