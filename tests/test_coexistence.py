@@ -591,6 +591,8 @@ def test_events_dropped_while_busy_are_reported():
     shown = lp.display(work, COLUMNS)
     assert any(re.match(r"\d+ interpreter events were dropped", n) for n in shown.notices)
     assert "interpreter events were dropped" in str(shown)
+    assert "interpreter events were dropped" in shown._repr_html_()
+    assert shown.to_dataframe().attrs["notices"] == shown.notices
     assert by_line(lp, work)["a = torch.empty(256, 1024)"]["hits"] == 1
 
 
