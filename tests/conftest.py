@@ -22,18 +22,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_script(source: str, timeout: float = 120, check: bool = True) -> str:
+def run_script(
+    source: str, timeout: float = 120, check: bool = True, env: dict[str, str] | None = None
+) -> str:
     """Run ``source`` as a script file in a fresh interpreter and return its stdout.
 
     A file rather than ``-c``, so that profiled functions have source lines to show.
-    Fails on a non-zero exit unless ``check`` is False.
+    Fails on a non-zero exit unless ``check`` is False. ``env`` adds environment variables.
     """
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "script.py")
         with open(path, "w") as f:
             f.write(textwrap.dedent(source))
         proc = subprocess.run(
-            [sys.executable, path], capture_output=True, text=True, timeout=timeout
+            [sys.executable, path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
         )
     if check:
         assert proc.returncode == 0, proc.stderr

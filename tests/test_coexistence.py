@@ -262,6 +262,64 @@ def test_threads_started_while_enabled_keep_a_threading_settrace_hook():
     assert_work_profiled(lp)
 
 
+@needs_settrace
+def test_without_a_readable_thread_state_only_tracer_free_threads_are_profiled(script):
+    out = script(
+        """
+        import os, sys, threading, torch
+        from memlab_rs import LineProfiler
+
+        def work():
+            a = torch.empty(256, 1024)
+            return a
+
+        def tracer(frame, event, arg):
+            return None
+
+        ready, go, done = threading.Event(), threading.Event(), threading.Event()
+        seen = {}
+
+        def worker():
+            sys.settrace(tracer)
+            ready.set()
+            go.wait(30)
+            work()
+            seen["during"] = sys.gettrace() is tracer
+            done.set()
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        ready.wait(30)
+        with LineProfiler(work, device="cpu") as lp:
+            work()
+            go.set()
+            done.wait(30)
+        thread.join()
+        line = {r["code"].strip(): r for r in lp.display().records()}["a = torch.empty(256, 1024)"]
+        print("hits", line["hits"], "worker kept", seen["during"], "gettrace", sys.gettrace())
+        print("notes", lp.display().notices)
+        """,
+        env={"MEMLAB_RS_THREAD_STATE": "official"},
+    )
+    assert "hits 1 worker kept True gettrace None" in out, out
+    assert "other threads' tracers cannot be read here" in out, out
+
+
+@needs_settrace
+def test_a_thread_starting_while_enable_runs_is_profiled_without_a_false_notice():
+    # threading's bootstrap sets the threading.settrace hook after start() returns: hold
+    # it there (it waits for this lock) until the profiler is enabled.
+    with threading._active_limbo_lock:
+        thread = threading.Thread(target=work)
+        thread.start()
+        lp = LineProfiler(work, device="cpu")
+        lp.enable()
+    thread.join()
+    lp.disable()
+    assert_work_profiled(lp)
+    assert lp.display().notices == []
+
+
 # --- sys.settrace() inside profiled code (3.9-3.11) ----------------------------------
 
 
@@ -533,6 +591,8 @@ def test_events_dropped_while_busy_are_reported():
     shown = lp.display(work, COLUMNS)
     assert any(re.match(r"\d+ interpreter events were dropped", n) for n in shown.notices)
     assert "interpreter events were dropped" in str(shown)
+    assert "interpreter events were dropped" in shown._repr_html_()
+    assert shown.to_dataframe().attrs["notices"] == shown.notices
     assert by_line(lp, work)["a = torch.empty(256, 1024)"]["hits"] == 1
 
 

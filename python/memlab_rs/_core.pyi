@@ -16,6 +16,7 @@ __all__ = [
     "LineCollector",
     "LineReportView",
     "ReportTable",
+    "ThreadTracer",
     "__version__",
     "_cpu_adopted",
     "_cpu_allocated",
@@ -24,6 +25,9 @@ __all__ = [
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
+    "_fork_child",
+    "_fork_parent",
+    "_fork_prepare",
     "_gc_callback",
     "_gc_watch_state",
     "_hook_errors",
@@ -33,6 +37,7 @@ __all__ = [
     "_monitoring_on_resume",
     "_monitoring_on_start",
     "_monitoring_on_throw",
+    "_run_inside_engine",
     "_set_cpu_tracking",
     "_trace_new_thread",
     "collect_report",
@@ -140,7 +145,23 @@ def _cpu_allocated(nbytes: int) -> None: ...
 def _cpu_adopted(nbytes: int) -> None: ...
 def _cpu_freed(nbytes: int) -> None: ...
 def _cpu_live() -> tuple[int, int]: ...
-def _set_cpu_tracking(start: Callable[[], None], stop: Callable[[], None]) -> None: ...
+def _set_cpu_tracking(
+    start: Callable[[], None], stop: Callable[[], None], retire: Callable[..., Any]
+) -> None:
+    """Tell the core how the CPU source starts, stops and retires tracking."""
+
+def _run_inside_engine(callback: Callable[[], Any]) -> None:
+    """Run ``callback`` with the line profiler's engine held (for tests)."""
+
+def _fork_prepare() -> None: ...
+def _fork_parent() -> None: ...
+def _fork_child() -> None: ...
+@final
+class ThreadTracer:
+    """The trace object of a profiled thread on 3.9-3.11 (what ``sys.gettrace()`` returns);
+    put back with ``sys.settrace``, it puts the profiler's tracer back."""
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None: ...
 def _hook_errors() -> list[str]: ...
 def _cuda_direct_why_not(device: int) -> str | None: ...
 def _cuda_direct_notice(device: int) -> str | None:

@@ -68,10 +68,14 @@ impl LineCollector {
         retire_dropped(py)?;
         let first_line = code.getattr("co_firstlineno")?.extract::<u32>()?;
         let mut offsets = Vec::new();
-        for item in code.call_method0("co_lines")?.try_iter()? {
-            let (start, end, line): (i64, i64, Option<u32>) = item?.extract()?;
-            if let Some(line) = line {
-                offsets.push((start, end, line));
+        // Offsets place a resumed generator (sys.monitoring, 3.12+); Python 3.9 has no
+        // `co_lines`, and its trace hook gives line numbers directly.
+        if code.hasattr("co_lines")? {
+            for item in code.call_method0("co_lines")?.try_iter()? {
+                let (start, end, line): (i64, i64, Option<u32>) = item?.extract()?;
+                if let Some(line) = line {
+                    offsets.push((start, end, line));
+                }
             }
         }
         let entry = Code {

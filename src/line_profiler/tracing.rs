@@ -216,6 +216,7 @@ pub unsafe extern "C" fn tracer(
     };
     if me.get().prev_func.is_none() {
         // Nothing chained: `obj` is not used once the engine has seen the event.
+        // SAFETY: GIL held and `frame` is the live frame CPython passed.
         let ours = matches!(what, CALL | LINE | RETURN) && unsafe { handle(py, frame, what) };
         if what == CALL && !ours {
             // Not ours and nobody else traces here: no line events for this frame.
@@ -232,6 +233,7 @@ pub unsafe extern "C" fn tracer(
     // chained tracer replaces us during this call (CPython then lets go of its own).
     let me = me.to_owned();
     let me = me.get();
+    // SAFETY: GIL held and `frame` is the live frame CPython passed.
     let ours = matches!(what, CALL | LINE | RETURN) && unsafe { handle(py, frame, what) };
     let Some(prev) = me.prev_func else {
         return 0;
@@ -272,13 +274,11 @@ unsafe fn handle(py: Python<'_>, frame: *mut ffi::PyObject, what: c_int) -> bool
     let address = code as usize;
     // SAFETY: the frame keeps its code object alive; only its address is used.
     unsafe { ffi::Py_DECREF(code) };
+    // SAFETY: the caller's contract (a live frame, GIL held).
+    let line = || unsafe { (api.frame_line)(frame) }.max(0) as u32;
     let event = match what {
-        CALL => Event::EnterAt {
-            line: unsafe { (api.frame_line)(frame) }.max(0) as u32,
-        },
-        LINE => Event::Line {
-            line: unsafe { (api.frame_line)(frame) }.max(0) as u32,
-        },
+        CALL => Event::EnterAt { line: line() },
+        LINE => Event::Line { line: line() },
         _ => Event::Leave,
     };
     dispatch(py, address, event)
@@ -369,13 +369,20 @@ fn replaced_here(py: Python<'_>) {
         let tstate = (api.thread_get)();
         (tstate as usize, (api.thread_id)(tstate))
     };
+    if !INSTALLED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&(tstate, id))
     {
-        let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(at) = installed.iter().position(|&t| t == (tstate, id)) else {
-            return;
-        };
-        installed.swap_remove(at);
+        return;
     }
+    if bootstrapping_with_our_hook(py, api) {
+        return;
+    }
+    INSTALLED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|&t| t != (tstate, id));
     let notice = format!(
         "profiling stopped on thread {} at {}: sys.settrace() replaced the profiler's tracer",
         thread_ident(py),
@@ -387,6 +394,34 @@ fn replaced_here(py: Python<'_>) {
         Ok(actions) => run_actions(py, actions),
         Err(_) => report_incident(Incident::Notice(notice)),
     }
+}
+
+/// Whether the calling thread is starting (`threading`'s bootstrap installs
+/// `threading.settrace`'s hook) and that hook is ours: it puts us back in front at once.
+/// A thread created just before `enable()` starts this way.
+fn bootstrapping_with_our_hook(py: Python<'_>, api: &Api) -> bool {
+    // SAFETY: GIL held; a borrowed frame of the calling thread, or null.
+    let frame = unsafe { (api.current_frame)() };
+    if frame.is_null() {
+        return false;
+    }
+    // SAFETY: `frame` is live; PyFrame_GetCode returns a new reference.
+    let Some(code) = (unsafe { Bound::from_owned_ptr_or_opt(py, (api.frame_code)(frame)) }) else {
+        return false;
+    };
+    let check = || -> PyResult<bool> {
+        let threading = py.import("threading")?;
+        let bootstrap = threading
+            .getattr("Thread")?
+            .getattr("_bootstrap_inner")?
+            .getattr("__code__")?;
+        if !code.is(&bootstrap) {
+            return Ok(false);
+        }
+        let hook = threading.getattr("_trace_hook")?;
+        Ok(hook.is(&py.import("memlab_rs._core")?.getattr("_trace_new_thread")?))
+    };
+    check().unwrap_or(false)
 }
 
 fn thread_ident(py: Python<'_>) -> String {
@@ -546,15 +581,15 @@ fn install_official(py: Python<'_>, api: &Api, why: &str, engine: &mut Engine) -
         install_on(py, api, tstate, id, (None, std::ptr::null_mut()))?;
     }
     let others = thread_state::threads(api).len() - 1;
+    let this_one = if own.is_none() {
+        String::new()
+    } else {
+        ", and this one (it has a tracer of its own)".to_string()
+    };
     engine.notice_enabled(format!(
-        "threads already running when profiling started were not profiled ({others} other \
-         thread(s){}), nor threads with a tracer of their own: the profiler could not read \
-         other threads' tracers ({why})",
-        if own.is_none() {
-            ""
-        } else {
-            ", and this one: it has a tracer"
-        }
+        "some threads were not profiled, because other threads' tracers cannot be read here \
+         ({why}): the {others} other thread(s) running when profiling started{this_one}; \
+         threads started later are profiled unless threading.settrace gives them a tracer"
     ));
     Ok(())
 }
