@@ -23,9 +23,12 @@ def test_set_target_gpu_and_profile_fail_early(script):
         except ValueError as e:
             print("decoration:", str(e)[:40])
 
+        # @profile reads CUDA where there is CUDA, else the CPU: allocate where it reads.
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
         @profile(columns=("allocated_bytes.all.allocated",))
         def good():
-            x = torch.empty(256, 1024)
+            x = torch.empty(256, 1024, device=device)
             return x
 
         good()
