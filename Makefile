@@ -1,10 +1,13 @@
 # make demo: set up .venv, build the extension (release), run the demo.
-# make test: same set-up, then cargo test and pytest.
+# make test: same set-up, then lint, cargo test, and pytest on every CPython 3.9-3.13 found
+#            (noxfile.py; a missing one is skipped with a notice). NOX_ARGS passes options
+#            to nox, e.g. make test NOX_ARGS='-p 3.12 -- tests/test_size.py'.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEPS   := $(VENV)/.deps-installed
 WHEELS := target/wheels
+NOX_ARGS ?=
 
 .PHONY: demo test build lint bench clean
 
@@ -23,9 +26,10 @@ build: $(DEPS)
 demo: build
 	$(BIN)/python -m memlab_rs.demo
 
+# One wheel (abi3, built by `build`) is installed into a fresh environment per Python.
 test: build lint
 	cargo test --quiet
-	$(BIN)/python -m pytest tests
+	$(BIN)/nox $(NOX_ARGS)
 
 lint: $(DEPS)
 	cargo fmt --check
