@@ -11,10 +11,12 @@ NOX_ARGS ?=
 
 .PHONY: demo test build lint bench clean
 
+# uv installs: it keeps every wheel unpacked in its cache (~/.cache/uv) and hard-links it here
+# and into the test environments of noxfile.py, so torch's ~5 GB are fetched and unpacked once.
 $(DEPS): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements-dev.txt
 	touch $@
 
 # Build a release wheel and install it, so tests run against what users get.
