@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,16 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ should hold the demo notebook"
+
+
+def test_the_kernel_runs_this_interpreter():
+    # The notebooks must test the memlab_rs installed here: `python3` is the kernel spec of
+    # this environment (jupyter_client runs it with sys.executable), not another Python's.
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")]
+    )
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    assert notebook.cells[0].outputs[0]["text"].strip() == sys.executable
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
