@@ -89,6 +89,11 @@ impl ThreadTracer {
             let tstate = (api.thread_get)();
             (tstate as usize, (api.thread_id)(tstate))
         };
+        // We are the thread's trace object, held by the thread state alone: switching the
+        // tracer below drops that reference (CPython 3.9-3.11 drop the old object before
+        // they take the new one, even when both are us), which would free this object while
+        // its own call runs. Keep it alive until the next switch, long after this returns.
+        keep_until_next_switch(slf.clone().into_any().unbind());
         let me = slf.get();
         let result = if ACTIVE.load(Relaxed) {
             set_trace(api, tstate, Some(tracer), Some(slf.as_any()))?;
@@ -127,6 +132,17 @@ impl ThreadTracer {
             _ => Ok(None),
         }
     }
+}
+
+thread_local! {
+    /// The trace object a `ThreadTracer::__call__` switched away from (see there).
+    static KEPT: std::cell::RefCell<Option<Py<PyAny>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Hold `object` until the next call replaces it (the previous one is released then).
+fn keep_until_next_switch(object: Py<PyAny>) {
+    let previous = KEPT.with(|kept| kept.borrow_mut().replace(object));
+    drop(previous); // outside the borrow: releasing it may run arbitrary code
 }
 
 /// `_PyEval_SetTrace(tstate, func, obj)`, marked as ours. `obj` is held by the caller for
