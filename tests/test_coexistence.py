@@ -109,7 +109,7 @@ def test_cprofile_started_first_keeps_running():
 @needs_monitoring
 @pytest.mark.parametrize("core", ["sysmon", "ctrace"])
 def test_coverage_runs_while_enabled(monkeypatch, core):
-    coverage = pytest.importorskip("coverage")
+    import coverage  # a test dependency (requirements-test.txt): never skipped
     monkeypatch.setenv("COVERAGE_CORE", core)
     cov = coverage.Coverage(data_file=None, include=[__file__])
     with LineProfiler(work, device="cpu") as lp:
@@ -221,7 +221,7 @@ def test_the_enabling_threads_tracer_keeps_running_and_comes_back():
 
 @needs_settrace
 def test_coverage_on_a_worker_thread_survives(tmp_path):
-    coverage = pytest.importorskip("coverage")
+    import coverage  # a test dependency (requirements-test.txt): never skipped
     ready, go, done = threading.Event(), threading.Event(), threading.Event()
     result = {}
 
