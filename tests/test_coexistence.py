@@ -452,21 +452,30 @@ FORK_CHILD_CHECKS = """
 """
 
 
+# What both fork tests' scripts start with: the profiled work and the child's checks.
+FORK_PREAMBLE = joined(
+    """
+    import sys, torch
+    from memlab_rs import LineProfiler
+
+    COLS = ("allocated_bytes.all.allocated",)
+
+    def work():
+        a = torch.empty(256, 1024)
+        b = torch.empty(512, 1024)
+        return a, b
+    """,
+    FORK_CHILD_CHECKS,
+)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="fork")
 def test_a_child_forked_while_profiling_starts_clean(script):
     out = script(joined(
         """
-        import os, sys, torch
-        from memlab_rs import LineProfiler
-
-        COLS = ("allocated_bytes.all.allocated",)
-
-        def work():
-            a = torch.empty(256, 1024)
-            b = torch.empty(512, 1024)
-            return a, b
+        import os
         """,
-        FORK_CHILD_CHECKS,
+        FORK_PREAMBLE,
         """
         def profiled_fork():
             x = torch.empty(1024, 1024)
@@ -501,17 +510,9 @@ def test_a_child_forked_while_profiling_starts_clean(script):
 def test_a_multiprocessing_fork_child_starts_clean(script):
     out = script(joined(
         """
-        import multiprocessing, sys, torch
-        from memlab_rs import LineProfiler
-
-        COLS = ("allocated_bytes.all.allocated",)
-
-        def work():
-            a = torch.empty(256, 1024)
-            b = torch.empty(512, 1024)
-            return a, b
+        import multiprocessing
         """,
-        FORK_CHILD_CHECKS,
+        FORK_PREAMBLE,
         """
         def target():
             child_checks(lp)
