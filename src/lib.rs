@@ -35,6 +35,16 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_live, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
+    use stats::cpu;
+    m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
+    m.add_function(wrap_pyfunction!(cpu::_set_cpu_glue, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_table_has, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_adopted_gone, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_hook_slots, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_start, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_stats, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
     m.add_function(wrap_pyfunction!(

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import torch
 
-from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU hooks)
+from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU glue)
 from ._columns import catalogue, check_columns
 from ._torch import check_target_gpu, line_profiler_device
 

@@ -484,14 +484,20 @@ impl Engine {
     }
 
     /// Lines a collector's source wants in its report: the CUDA direct reader's fallback to
-    /// the binding, when it happened while this collector read the device. Gathered when a
-    /// report is built and when the collector stops reading the source, each line once.
+    /// the binding, when it happened while this collector read the device; the CPU source's
+    /// fallback or a displaced allocator hook. Gathered when a report is built and when the
+    /// collector stops reading the source, each line once.
     pub fn gather_source_notices(&mut self, id: usize) {
         let mut lines: Vec<String> = Vec::new();
         if let Ok(collector) = self.collector(id) {
             let notice = cuda_notice(collector.device);
             if notice.is_some() && notice != collector.cuda_notice_at_enable {
                 lines.extend(notice);
+            }
+            if collector.enabled {
+                if let Some(source) = self.source_index(collector.device) {
+                    lines.extend(self.sources[source].notice());
+                }
             }
         }
         if let Ok(collector) = self.collector_mut(id) {
@@ -599,10 +605,11 @@ impl Engine {
             let Some(Some(collector)) = self.collectors.get(id) else {
                 continue;
             };
-            let cpu = collector.device == Device::Cpu;
             let Some(source) = self.source_index(collector.device) else {
                 continue;
             };
+            // Only the dispatch-mode fallback is started and stopped per thread.
+            let cpu = self.sources[source].cpu_dispatch();
             let pushed = self.apply(id, source, code, event, thread);
             if cpu {
                 match pushed {

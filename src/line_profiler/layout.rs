@@ -76,15 +76,7 @@ impl Layout {
 }
 
 /// CPU statistics, each derived from the bytes or the count of live storages.
-pub const CPU_STATS: [&str; 7] = [
-    "allocated_bytes",
-    "active_bytes",
-    "reserved_bytes",
-    "requested_bytes",
-    "allocation",
-    "active",
-    "segment",
-];
+pub use crate::stats::cpu::table::STATS as CPU_STATS;
 
 fn kind_of(name: &str) -> StatKind {
     if name.ends_with(".peak") {

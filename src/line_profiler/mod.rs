@@ -21,9 +21,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::stats::cpu::COUNTERS as CPU;
 use engine::{try_with_engine, with_engine, Code};
 use hooks::{run_actions, sync_locked, thread_id};
-use source::{Device, CPU};
+use source::Device;
 
 fn parse_device(device: &str) -> PyResult<Device> {
     if device == "cpu" {
@@ -302,7 +303,7 @@ fn finish_retiring(py: Python<'_>, ids: Vec<usize>, retired: Option<Retired>) ->
     }
 }
 
-/// Count a new CPU storage of `nbytes` (called by the CPU dispatch mode).
+/// Count a new CPU storage of `nbytes` (called by the dispatch-mode fallback).
 #[pyfunction]
 pub fn _cpu_allocated(nbytes: i64) {
     CPU.allocated(nbytes);

@@ -1,5 +1,6 @@
 //! Where a line's numbers come from: the torch caching allocator of one CUDA device, or our
-//! own count of CPU tensor storages (fed by the dispatch mode in `memlab_rs._cpu_source`).
+//! own count of torch's CPU allocations (`crate::stats::cpu`: the allocator hook, or the
+//! dispatch-mode fallback).
 //!
 //! A sample reads every statistic once. Peaks are "since the last reset", so after each
 //! sample the source's peaks are reset to their current values, which is a no-op (and is
@@ -7,13 +8,12 @@
 
 mod cuda;
 
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
-
 use pyo3::prelude::*;
 
 pub use cuda::{READER_BINDING, READER_DIRECT};
 
 use super::layout::{Layout, StatKind};
+use crate::stats::cpu::{self, Mode, COUNTERS};
 
 /// Which memory a source reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,16 +42,22 @@ pub struct Source {
     previous: Vec<i64>,
     primed: bool,
     cuda: Option<cuda::CudaSource>,
+    /// How CPU memory is counted (a CPU source holds one `cpu::start`, undone on drop).
+    cpu: Option<Mode>,
 }
 
 impl Source {
     pub fn new(py: Python<'_>, device: Device) -> PyResult<Self> {
-        let (layout, cuda) = match device {
-            Device::Cpu => (Layout::cpu(), None),
+        let (layout, cuda, cpu) = match device {
+            Device::Cpu => (Layout::cpu(), None, Some(cpu::start(py)?)),
             // Until CUDA is initialised the allocator holds nothing and the names are
             // unknown: the layout is learned from the first real sample, and every vector
             // sized by it grows then, filled with the zeros it would have read.
-            Device::Cuda(index) => (Layout::default(), Some(cuda::CudaSource::new(py, index)?)),
+            Device::Cuda(index) => (
+                Layout::default(),
+                Some(cuda::CudaSource::new(py, index)?),
+                None,
+            ),
         };
         let n = layout.len();
         Ok(Self {
@@ -62,13 +68,14 @@ impl Source {
             previous: vec![0; n],
             primed: false,
             cuda,
+            cpu,
         })
     }
 
     /// Read every statistic. The first sample after (re)priming only sets the baseline.
     pub fn sample(&mut self, py: Python<'_>) -> PyResult<()> {
         match &mut self.cuda {
-            None => CPU.read(&mut self.current),
+            None => COUNTERS.read(&mut self.current),
             Some(cuda) => {
                 cuda.read(py, &mut self.layout, &mut self.current)?;
                 if self.previous.len() != self.current.len() {
@@ -112,7 +119,7 @@ impl Source {
             self.current[peak] = self.current[current];
         }
         match &self.cuda {
-            None => CPU.reset_peaks(),
+            None => COUNTERS.reset_peaks(),
             Some(cuda) => cuda.reset_peaks(py)?,
         }
         Ok(())
@@ -122,7 +129,35 @@ impl Source {
     pub fn reader(&self) -> &'static str {
         match &self.cuda {
             Some(cuda) => cuda.reader(),
-            None => "storage counts",
+            None => match self.cpu {
+                Some(Mode::Dispatch(_)) => "dispatch mode",
+                _ => "allocator hook",
+            },
+        }
+    }
+
+    /// Whether CPU memory is counted by the dispatch-mode fallback (which needs the engine
+    /// to start and stop it per thread).
+    pub fn cpu_dispatch(&self) -> bool {
+        matches!(self.cpu, Some(Mode::Dispatch(_)))
+    }
+
+    /// What a report read from this source must say about its numbers: the CPU fallback and
+    /// why it was taken, or the allocator hook replaced by another tool.
+    pub fn notice(&self) -> Option<String> {
+        match &self.cpu {
+            Some(Mode::Dispatch(why)) => Some(format!(
+                "CPU memory was counted by the dispatch-mode fallback ({why}): it sees \
+                 operator outputs on threads running profiled code only, and misses out=, \
+                 resize_, deserialised tensors, other threads' allocations and temporaries \
+                 inside operators."
+            )),
+            Some(Mode::Allocator) if cpu::displaced() => Some(
+                "Another tool replaced memlab_rs's hook on torch's CPU allocator while \
+                 profiling: CPU allocations after that point are not counted."
+                    .to_string(),
+            ),
+            _ => None,
         }
     }
 
@@ -139,74 +174,10 @@ impl Source {
     }
 }
 
-/// Live CPU tensor storages seen by the dispatch mode: bytes and count, each with its
-/// current value, its peak since the last reset, and what was ever allocated and freed.
-pub struct CpuCounters {
-    bytes: [AtomicI64; 4],
-    count: [AtomicI64; 4],
-}
-
-const CURRENT: usize = 0;
-const PEAK: usize = 1;
-const ALLOCATED: usize = 2;
-const FREED: usize = 3;
-
-pub static CPU: CpuCounters = CpuCounters {
-    bytes: [const { AtomicI64::new(0) }; 4],
-    count: [const { AtomicI64::new(0) }; 4],
-};
-
-impl CpuCounters {
-    pub fn allocated(&self, nbytes: i64) {
-        bump(&self.bytes, nbytes);
-        bump(&self.count, 1);
-    }
-
-    /// A storage that existed before tracking started: live from now on, but not counted
-    /// as allocated (no line made it).
-    pub fn adopted(&self, nbytes: i64) {
-        for (stat, amount) in [(&self.bytes, nbytes), (&self.count, 1)] {
-            let now = stat[CURRENT].fetch_add(amount, Relaxed) + amount;
-            stat[PEAK].fetch_max(now, Relaxed);
+impl Drop for Source {
+    fn drop(&mut self) {
+        if self.cpu.is_some() {
+            cpu::stop();
         }
     }
-
-    pub fn freed(&self, nbytes: i64) {
-        for (stat, amount) in [(&self.bytes, nbytes), (&self.count, 1)] {
-            stat[CURRENT].fetch_sub(amount, Relaxed);
-            stat[FREED].fetch_add(amount, Relaxed);
-        }
-    }
-
-    /// Current live bytes and storages (for tests and the tracker's own checks).
-    pub fn live(&self) -> (i64, i64) {
-        (
-            self.bytes[CURRENT].load(Relaxed),
-            self.count[CURRENT].load(Relaxed),
-        )
-    }
-
-    fn reset_peaks(&self) {
-        for stat in [&self.bytes, &self.count] {
-            stat[PEAK].store(stat[CURRENT].load(Relaxed), Relaxed);
-        }
-    }
-
-    /// Fill `out` in `Layout::cpu()` order: byte statistics first, then counts.
-    fn read(&self, out: &mut [i64]) {
-        let fields = |stat: &[AtomicI64; 4]| {
-            [CURRENT, PEAK, ALLOCATED, FREED].map(|field| stat[field].load(Relaxed))
-        };
-        let (bytes, count) = (fields(&self.bytes), fields(&self.count));
-        for (i, chunk) in out.chunks_mut(4).enumerate() {
-            // allocated/active/reserved/requested bytes, then allocation/active/segment.
-            chunk.copy_from_slice(if i < 4 { &bytes } else { &count });
-        }
-    }
-}
-
-fn bump(stat: &[AtomicI64; 4], amount: i64) {
-    let now = stat[CURRENT].fetch_add(amount, Relaxed) + amount;
-    stat[PEAK].fetch_max(now, Relaxed);
-    stat[ALLOCATED].fetch_add(amount, Relaxed);
 }

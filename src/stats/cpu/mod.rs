@@ -1,0 +1,502 @@
+//! CPU memory, counted at torch's CPU allocator: every byte of every CPU storage torch
+//! allocates and frees, on any thread, through any path (operators, `out=`, `resize_`,
+//! deserialisation, numpy conversion, temporaries inside operators), with the statistics
+//! of `torch.cuda.memory_stats()` (see `table`).
+//!
+//! # The mechanism, and why this one
+//! torch's `DefaultCPUAllocator` (c10/core/CPUAllocator.cpp, in `libc10.so`) gets its memory
+//! from `c10::alloc_cpu`, which calls `posix_memalign(&p, alignment, nbytes)`, and gives it
+//! back through `c10::free_cpu`, which calls `free(p)`. Both are calls from `libc10.so` into
+//! the C library, made through `libc10.so`'s GOT. While tracking, its `posix_memalign` and
+//! `free` slots point at our two functions (see `got`): an allocation of `nbytes` is
+//! recorded under its address, a free of a recorded address undoes it, and everything else
+//! (frees of memory we never saw) passes straight through. The size is the storage's
+//! `nbytes`, exactly what CUDA's `allocated_bytes` counts for the same tensor.
+//!
+//! - Exact: it sees the allocator itself, so no path around it exists short of another
+//!   allocator (pinned memory, shared memory and `mmap`-loaded storages are not made by the
+//!   CPU allocator, and are not counted, as CUDA does not count them either).
+//! - Cheap: one uncontended lock and one hash-map update per allocation (about 0.05 us);
+//!   nothing at all when not tracking, because the slots are put back. No Python per call,
+//!   no walk per profiled call: memory alive before tracking is adopted once, at `start`.
+//! - Every thread: the GOT is process-wide, so Python threads, torch's intra-op threads and
+//!   C++ threads are all seen.
+//!
+//! The alternative, torch's own reporting hook (`c10::MemoryReportingInfoBase`, which the
+//! profiler uses), is a C++ virtual interface compiled against one torch's headers (our
+//! wheel is built once for every torch), is installed per thread through
+//! `ThreadLocalDebugInfo` (threads started by the program would each need it, and it
+//! replaces the profiler's own when both run), and reports through a mutex-guarded map in
+//! torch: slower, per thread, and tied to a torch ABI.
+//!
+//! # What makes it sound
+//! - The slots are found from `libc10.so`'s relocation tables by symbol name, never by
+//!   offset; a library without them (a statically linked torch, another platform) gets the
+//!   fallback below, and the report says why.
+//! - `start` checks the assumption before trusting it: a probe tensor of a known size must
+//!   appear in the table at its address and leave it when freed. If not, the hook is taken
+//!   out and the fallback used.
+//! - What the slot held before is what our functions call (when that is a lazy-binding stub
+//!   inside `libc10.so`, the symbol resolved by the dynamic linker instead, so that the stub
+//!   never rewrites the slot under us); `stop` writes it back, unless another tool replaced
+//!   our function meanwhile (then theirs stays and ours passes calls through). A slot that no
+//!   longer holds our function while tracking is seen at the next sample (`displaced`), and
+//!   the report says that CPU allocations after that point are not counted.
+//! - Storages alive at `start` are adopted by address and size, from one gc walk. A free of
+//!   that address undoes one; a storage the CPU allocator did not make (numpy's memory,
+//!   `torch.load(mmap=True)`) is never freed through the hook, so a weak reference to each
+//!   adopted storage also undoes it when the storage dies, unless the hook already did.
+//! - A free is recorded before the memory goes back, so an address reused at once by another
+//!   thread is never confused with the old allocation.
+//! - fork: the table's lock is held across `fork()` (pthread_atfork), so the child never
+//!   inherits it locked; the forking thread's own allocations in that window pass through.
+//!
+//! # The fallback
+//! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
+//! source of `memlab_rs._cpu_dispatch` feeds the same counters. It sees operator outputs on
+//! the threads running profiled code only: it misses `out=`, `resize_`, deserialised
+//! tensors, other threads' allocations and temporaries inside operators, and every report
+//! made with it says so.
+
+pub mod got;
+pub mod table;
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Mutex, Once, OnceLock};
+
+use pyo3::prelude::*;
+
+pub use table::COUNTERS;
+
+/// How CPU memory is being counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// At torch's CPU allocator.
+    Allocator,
+    /// The dispatch-mode fallback, and why the allocator hook is not used.
+    Dispatch(String),
+}
+
+/// The Python side: torch's CPU allocator library, a probe, the live storages, and the
+/// fallback's reset (registered by `memlab_rs._cpu_source`).
+struct Glue {
+    library: Option<String>,
+    probe: Py<PyAny>,
+    baseline: Py<PyAny>,
+    forget: Py<PyAny>,
+}
+
+static GLUE: OnceLock<Glue> = OnceLock::new();
+
+/// The slots we wrote and what they held.
+struct Installed {
+    patched: Vec<(got::Slot, usize)>,
+}
+
+struct State {
+    users: usize,
+    mode: Option<Mode>,
+    installed: Option<Installed>,
+}
+
+/// Taken by `start` and `stop` only, which run with the line profiler's engine held (so a
+/// fork, which takes the engine first, never finds it locked).
+static STATE: Mutex<State> = Mutex::new(State {
+    users: 0,
+    mode: None,
+    installed: None,
+});
+
+static TRACKING: AtomicBool = AtomicBool::new(false);
+static DISPLACED: AtomicBool = AtomicBool::new(false);
+static REAL_MEMALIGN: AtomicUsize = AtomicUsize::new(0);
+static REAL_FREE: AtomicUsize = AtomicUsize::new(0);
+
+const NAMES: [&str; 2] = ["posix_memalign", "free"];
+/// The size of the probe tensor `start` allocates (odd, so it stands out in the table).
+pub const PROBE_BYTES: i64 = 4099;
+
+thread_local! {
+    /// This thread holds the table's lock across a fork: its allocations pass through.
+    static FORKING: Cell<bool> = const { Cell::new(false) };
+}
+
+type Memalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
+type Free = unsafe extern "C" fn(*mut c_void);
+
+fn counting() -> bool {
+    TRACKING.load(Relaxed) && !FORKING.try_with(Cell::get).unwrap_or(true)
+}
+
+/// `libc10.so`'s `posix_memalign`, while tracking.
+unsafe extern "C" fn memalign_hook(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    let real = REAL_MEMALIGN.load(Acquire);
+    // SAFETY: REAL_MEMALIGN is set (Release) to the slot's previous function or to the
+    // resolved `posix_memalign` before our function is written into any slot, and never
+    // set to 0 afterwards; both have this signature.
+    let rc = if real == 0 {
+        libc::posix_memalign(out, align, size)
+    } else {
+        std::mem::transmute::<usize, Memalign>(real)(out, align, size)
+    };
+    if rc == 0 && counting() {
+        // SAFETY: on success posix_memalign stored the new address at `out`.
+        let address = *out as usize;
+        if let Some(table) = table::lock().as_mut() {
+            table.allocated(address, size as i64);
+        }
+    }
+    rc
+}
+
+/// `libc10.so`'s `free`, while tracking (and for ever after through any address of `free`
+/// that libc10 took while we were installed: then it only passes through).
+unsafe extern "C" fn free_hook(pointer: *mut c_void) {
+    if !pointer.is_null() && counting() {
+        if let Some(table) = table::lock().as_mut() {
+            table.freed(pointer as usize);
+        }
+    }
+    let real = REAL_FREE.load(Acquire);
+    // SAFETY: as for REAL_MEMALIGN; the memory is given back only after the table forgot it.
+    if real == 0 {
+        libc::free(pointer)
+    } else {
+        std::mem::transmute::<usize, Free>(real)(pointer)
+    }
+}
+
+fn ours(name: &str) -> usize {
+    match name {
+        "posix_memalign" => memalign_hook as Memalign as usize,
+        _ => free_hook as Free as usize,
+    }
+}
+
+/// Register the Python side (once, by `memlab_rs._cpu_source`).
+pub fn set_glue(library: Option<String>, probe: Py<PyAny>, baseline: Py<PyAny>, forget: Py<PyAny>) {
+    let _ = GLUE.set(Glue {
+        library,
+        probe,
+        baseline,
+        forget,
+    });
+}
+
+/// Start counting CPU memory (a reader starts using it). The first start installs the hook
+/// (or picks the fallback), zeroes the counters and adopts the storages alive now; later
+/// ones share it. Every `start` is paired with one `stop`.
+pub fn start(py: Python<'_>) -> PyResult<Mode> {
+    {
+        let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        // Callers are serialised by the engine: a started source always has its mode.
+        if let (true, Some(mode)) = (state.users > 0, state.mode.clone()) {
+            state.users += 1;
+            return Ok(mode);
+        }
+    }
+    let glue = GLUE.get().ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err(
+            "memlab_rs._cpu_source was not imported: the CPU source has no torch glue",
+        )
+    })?;
+    let mode = match install(py, glue) {
+        Ok(()) => Mode::Allocator,
+        Err(why) => {
+            glue.forget.call0(py)?;
+            {
+                let mut table = table::lock();
+                table::reset(&mut table);
+                *table = None;
+            }
+            Mode::Dispatch(why)
+        }
+    };
+    if mode == Mode::Allocator {
+        adopt_baseline(py, glue)?;
+    }
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    state.users = 1;
+    state.mode = Some(mode.clone());
+    Ok(mode)
+}
+
+/// Stop counting for one reader; the last one takes the hook out.
+pub fn stop() {
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    state.users = state.users.saturating_sub(1);
+    if state.users > 0 {
+        return;
+    }
+    state.mode = None;
+    if let Some(installed) = state.installed.take() {
+        uninstall(installed);
+    }
+}
+
+/// How CPU memory is counted now (None when nobody counts).
+pub fn mode() -> Option<Mode> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner()).mode.clone()
+}
+
+fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
+    if std::env::var("MEMLAB_RS_CPU_SOURCE").is_ok_and(|v| v == "dispatch") {
+        return Err("MEMLAB_RS_CPU_SOURCE=dispatch".to_string());
+    }
+    let library = glue
+        .library
+        .as_deref()
+        .ok_or("torch's libc10.so was not found next to torch (a static build?)")?;
+    let found = got::find(Path::new(library), &NAMES)?;
+    for name in NAMES {
+        if !found.slots.iter().any(|slot| slot.name == name) {
+            return Err(format!(
+                "libc10.so does not call {name} through its GOT (its allocator is built in?)"
+            ));
+        }
+    }
+    for name in NAMES {
+        let real = if name == NAMES[0] {
+            &REAL_MEMALIGN
+        } else {
+            &REAL_FREE
+        };
+        for slot in found.slots.iter().filter(|slot| slot.name == name) {
+            // SAFETY: a slot of a loaded library, found just now.
+            let value = unsafe { got::read(slot) };
+            if value == ours(name) {
+                continue; // ours from an earlier start that could not be put back
+            }
+            let value = if value == 0 || found.contains(value) {
+                got::resolve(name) // a lazy-binding stub: the symbol it would bind
+            } else {
+                value
+            };
+            if value != 0 {
+                real.store(value, std::sync::atomic::Ordering::Release);
+                break;
+            }
+        }
+        if real.load(Acquire) == 0 {
+            return Err(format!("{name} could not be resolved"));
+        }
+    }
+    {
+        let mut table = table::lock();
+        table::reset(&mut table);
+    }
+    register_fork_handlers();
+    DISPLACED.store(false, Relaxed);
+    TRACKING.store(true, Relaxed);
+    let mut patched = Vec::new();
+    for slot in &found.slots {
+        // SAFETY: as above; our functions have the slot's signature.
+        let before = unsafe { got::read(slot) };
+        if before == ours(slot.name) {
+            continue;
+        }
+        // SAFETY: the slot is an aligned GOT word of a loaded library; the value is our
+        // function with the same C signature as the symbol.
+        if let Err(error) = unsafe { got::write(slot, ours(slot.name)) } {
+            uninstall(Installed { patched });
+            return Err(error);
+        }
+        patched.push((*slot, before));
+    }
+    let installed = Installed { patched };
+    let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
+    if !matches!(probed, Ok(true)) {
+        uninstall(installed);
+        return Err(match probed {
+            Err(error) => format!("the probe allocation failed: {error}"),
+            _ => "a probe tensor allocated by torch did not reach libc10's posix_memalign"
+                .to_string(),
+        });
+    }
+    {
+        let mut table = table::lock();
+        table::reset(&mut table);
+    }
+    STATE.lock().unwrap_or_else(|p| p.into_inner()).installed = Some(installed);
+    Ok(())
+}
+
+fn uninstall(installed: Installed) {
+    TRACKING.store(false, Relaxed);
+    for (slot, before) in installed.patched {
+        // SAFETY: our own slot; put back only what we replaced, and only while ours is
+        // there: a tool that replaced us meanwhile keeps its function.
+        unsafe {
+            if got::read(&slot) == ours(slot.name) {
+                let _ = got::write(&slot, before);
+            }
+        }
+    }
+    *table::lock() = None;
+}
+
+/// Adopt the storages alive now (one walk): `baseline()` returns the (address, bytes) pairs
+/// and the storages themselves, held until they are in the table so none is freed between.
+fn adopt_baseline(py: Python<'_>, glue: &Glue) -> PyResult<()> {
+    let (pairs, _alive): (Vec<(usize, i64)>, Py<PyAny>) = glue.baseline.call0(py)?.extract(py)?;
+    let mut table = table::lock();
+    if let Some(table) = table.as_mut() {
+        for (address, nbytes) in pairs {
+            table.adopt(address, nbytes);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a slot we wrote no longer holds our function (another tool replaced it) while
+/// tracking. Remembered: a later check stays true until the next `start`.
+pub fn displaced() -> bool {
+    if DISPLACED.load(Relaxed) {
+        return true;
+    }
+    let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(installed) = &state.installed else {
+        return false;
+    };
+    // SAFETY: slots of a loaded library, found at install.
+    let gone = installed
+        .patched
+        .iter()
+        .any(|(slot, _)| unsafe { got::read(slot) } != ours(slot.name));
+    if gone {
+        DISPLACED.store(true, Relaxed);
+    }
+    gone
+}
+
+/// An adopted storage's Python object died (its weak reference's callback).
+pub fn adopted_gone(address: usize, nbytes: i64) {
+    if let Some(table) = table::lock().as_mut() {
+        table.adopted_gone(address, nbytes);
+    }
+}
+
+/// Whether the table holds `address` with `nbytes` (the probe's check, and tests').
+pub fn has(address: usize, nbytes: i64) -> bool {
+    table::lock()
+        .as_ref()
+        .is_some_and(|table| table.get(address) == Some(nbytes))
+}
+
+fn register_fork_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: plain functions with the signature pthread_atfork wants.
+        unsafe {
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done));
+        }
+    });
+}
+
+thread_local! {
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<table::Table>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn fork_prepare() {
+    let guard = table::lock();
+    let _ = FORKING.try_with(|forking| forking.set(true));
+    let _ = FORK_GUARD.try_with(|slot| *slot.borrow_mut() = Some(guard));
+}
+
+/// After fork, in the parent and in the child (the same thread in both).
+extern "C" fn fork_done() {
+    let _ = FORK_GUARD.try_with(|slot| drop(slot.borrow_mut().take()));
+    let _ = FORKING.try_with(|forking| forking.set(false));
+}
+
+// Python functions (registered by lib.rs).
+
+/// Register the Python side of the CPU source: the path of torch's `libc10.so` (None when
+/// absent), `probe() -> bool`, `baseline() -> (pairs, storages)` and `forget()` (resets the
+/// dispatch-mode fallback).
+#[pyfunction]
+pub fn _set_cpu_glue(
+    library: Option<String>,
+    probe: Py<PyAny>,
+    baseline: Py<PyAny>,
+    forget: Py<PyAny>,
+) {
+    set_glue(library, probe, baseline, forget);
+}
+
+/// Whether the allocator hook's table holds `address` with `nbytes` bytes.
+#[pyfunction]
+pub fn _cpu_table_has(address: usize, nbytes: i64) -> bool {
+    has(address, nbytes)
+}
+
+/// An adopted storage died (called by the weak reference `baseline()` put on it).
+#[pyfunction]
+pub fn _cpu_adopted_gone(address: usize, nbytes: i64) {
+    adopted_gone(address, nbytes);
+}
+
+/// How CPU memory is counted now: None (nobody counts), "allocator", or "dispatch: why".
+#[pyfunction]
+pub fn _cpu_mode() -> Option<String> {
+    mode().map(|mode| match mode {
+        Mode::Allocator => "allocator".to_string(),
+        Mode::Dispatch(why) => format!("dispatch: {why}"),
+    })
+}
+
+/// libc10's GOT slots for posix_memalign and free, as (name, in RELRO, holds our function),
+/// read now (for tests: nothing of ours stays after the last stop).
+#[pyfunction]
+pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
+    let library = GLUE
+        .get()
+        .and_then(|glue| glue.library.clone())
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no libc10.so known"))?;
+    let found = got::find(Path::new(&library), &NAMES)
+        .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
+    Ok(found
+        .slots
+        .iter()
+        // SAFETY: slots of a loaded library, found just now.
+        .map(|slot| {
+            (
+                slot.name.to_string(),
+                slot.relro,
+                unsafe { got::read(slot) } == ours(slot.name),
+            )
+        })
+        .collect())
+}
+
+/// Start and stop counting CPU memory outside the line profiler (tests, and tools that
+/// read the counters): returns the mode as `_cpu_mode` does.
+#[pyfunction]
+pub fn _cpu_start(py: Python<'_>) -> PyResult<String> {
+    start(py)?;
+    Ok(_cpu_mode().unwrap_or_default())
+}
+
+/// Undo one `_cpu_start`.
+#[pyfunction]
+pub fn _cpu_stop() {
+    stop();
+}
+
+/// The CPU counters now, in `torch.cuda.memory_stats()` names.
+#[pyfunction]
+pub fn _cpu_stats() -> Vec<(String, i64)> {
+    let mut values = [0i64; 28];
+    COUNTERS.read(&mut values);
+    let mut out = Vec::new();
+    for (i, stat) in table::STATS.iter().enumerate() {
+        for (j, field) in table::FIELDS.iter().enumerate() {
+            out.push((format!("{stat}.all.{field}"), values[i * 4 + j]));
+        }
+    }
+    out
+}
