@@ -17,11 +17,20 @@ __all__ = [
     "LineReportView",
     "ReportTable",
     "ThreadTracer",
+    "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
+    "_cpu_adopted_gone",
     "_cpu_allocated",
     "_cpu_freed",
+    "_cpu_hook_slot_addresses",
+    "_cpu_hook_slots",
     "_cpu_live",
+    "_cpu_mode",
+    "_cpu_start",
+    "_cpu_stats",
+    "_cpu_stop",
+    "_cpu_table_has",
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
@@ -38,6 +47,7 @@ __all__ = [
     "_monitoring_on_start",
     "_monitoring_on_throw",
     "_run_inside_engine",
+    "_set_cpu_glue",
     "_set_cpu_tracking",
     "_trace_new_thread",
     "collect_report",
@@ -47,6 +57,7 @@ __all__ = [
     "tracked_tensors",
 ]
 __version__: str
+_CPU_PROBE_BYTES: int
 
 # size.rs
 def readable_size(num_bytes: Any) -> str:
@@ -151,6 +162,31 @@ def _set_cpu_tracking(
     start: Callable[[int], None], stop: Callable[[], None], retire: Callable[[int], None]
 ) -> None:
     """Tell the core how the CPU source starts, stops and retires tracking."""
+
+def _set_cpu_glue(
+    library: str | None,
+    probe: Callable[[], bool],
+    baseline: Callable[[], tuple[list[tuple[int, int]], list[Any]]],
+    forget: Callable[[], None],
+) -> None:
+    """Register the CPU source's torch side: libc10.so's path, the probe, the baseline walk,
+    and the fallback's reset."""
+
+def _cpu_adopted_gone(address: int, nbytes: int) -> None: ...
+def _cpu_table_has(address: int, nbytes: int) -> bool: ...
+def _cpu_mode() -> str | None:
+    """None (nobody counts CPU memory), "allocator", or "dispatch: <why>"."""
+
+def _cpu_hook_slots() -> list[tuple[str, bool, bool]]:
+    """libc10's GOT slots for posix_memalign and free: (name, in RELRO, holds our hook)."""
+
+def _cpu_hook_slot_addresses() -> list[tuple[str, int, bool]]: ...
+def _cpu_start() -> str:
+    """Start counting CPU memory (shared, counted); returns the mode as ``_cpu_mode``."""
+
+def _cpu_stop() -> None: ...
+def _cpu_stats() -> list[tuple[str, int]]:
+    """The CPU counters in ``torch.cuda.memory_stats()`` names."""
 
 def _run_inside_engine(callback: Callable[[], Any]) -> None:
     """Run ``callback`` with the line profiler's engine held (for tests)."""

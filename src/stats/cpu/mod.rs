@@ -473,6 +473,23 @@ pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
         .collect())
 }
 
+/// libc10's GOT slots for posix_memalign and free, as (name, address, in RELRO): tests check
+/// the page protections around them.
+#[pyfunction]
+pub fn _cpu_hook_slot_addresses() -> PyResult<Vec<(String, usize, bool)>> {
+    let library = GLUE
+        .get()
+        .and_then(|glue| glue.library.clone())
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no libc10.so known"))?;
+    let found = got::find(Path::new(&library), &NAMES)
+        .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
+    Ok(found
+        .slots
+        .iter()
+        .map(|slot| (slot.name.to_string(), slot.address, slot.relro))
+        .collect())
+}
+
 /// Start and stop counting CPU memory outside the line profiler (tests, and tools that
 /// read the counters): returns the mode as `_cpu_mode` does.
 #[pyfunction]

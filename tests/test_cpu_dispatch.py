@@ -1,5 +1,6 @@
-"""The CPU source's dispatch mode: it counts only while profiling, leaves no mode behind on
-the calling thread, never stacks up on a worker thread, and never crashes the process.
+"""The CPU source's dispatch-mode fallback (forced with MEMLAB_RS_CPU_SOURCE=dispatch): it
+counts only while profiling, leaves no mode behind on the calling thread, never stacks up on
+a worker thread, never crashes the process, and every report made with it says so.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memlab_rs import LineProfiler, _core, _cpu_source
+from memlab_rs import LineProfiler, _core, _cpu_dispatch
 
 MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def dispatch_fallback(monkeypatch):
+    monkeypatch.setenv("MEMLAB_RS_CPU_SOURCE", "dispatch")
 
 
 def stack_len() -> int:
@@ -44,9 +50,12 @@ def test_disable_leaves_no_mode_on_the_calling_thread_even_when_not_innermost():
     assert stack_len() == 1 and torch._C._get_dispatch_stack_at(0) is mode
     mode.__exit__(None, None, None)
     assert stack_len() == 0
-    line = {r["code"].strip(): r for r in lp.display(columns=["allocated_bytes.all.allocated"])
-            .records()}["x = torch.empty(256, 1024)"]
+    report = lp.display(columns=["allocated_bytes.all.allocated"])
+    line = {r["code"].strip(): r for r in report.records()}["x = torch.empty(256, 1024)"]
     assert line["allocated_bytes.all.allocated"] == MiB
+    assert lp.stats_reader is None  # disabled: no source
+    (notice,) = [n for n in report.notices if "dispatch-mode fallback" in n]
+    assert "MEMLAB_RS_CPU_SOURCE=dispatch" in notice and "misses out=" in notice
 
 
 def loops_until_told(state):
@@ -114,14 +123,14 @@ def test_a_worker_that_ends_after_disable_pops_its_own_mode():
     thread.join(30)
     assert popped == [1]
     # The thread is gone: its record was finalised on it, which popped the mode.
-    assert _cpu_source._retired_modes_alive() == 0
+    assert _cpu_dispatch._retired_modes_alive() == 0
 
 
 def test_a_hook_error_is_reported_with_the_first_message(monkeypatch):
     def broken():
         raise RuntimeError("adoption failed for the test")
 
-    monkeypatch.setattr(_cpu_source, "_adopt_existing", broken)
+    monkeypatch.setattr(_cpu_dispatch, "_adopt_existing", broken)
     user = Passthrough()
     with LineProfiler(enters_a_mode, device="cpu") as lp:
         enters_a_mode(user)
@@ -203,7 +212,8 @@ def exit_codes(source: str, runs: int) -> list[int]:
         for start in range(0, runs, 2):
             procs = [
                 subprocess.Popen([sys.executable, path], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+                                 stderr=subprocess.DEVNULL,
+                                 env={**os.environ, "MEMLAB_RS_CPU_SOURCE": "dispatch"})
                 for _ in range(min(2, runs - start))
             ]
             codes += [p.wait(timeout=120) for p in procs]
