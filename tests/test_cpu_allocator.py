@@ -332,3 +332,45 @@ def test_torch_compile_compiles_the_same_frames_profiled():
     assert unprofiled.get("ok", 0) >= 1
     assert profiled == unprofiled
     assert frames() == sum(unprofiled.values())
+
+
+def test_starts_and_stops_from_many_threads_leave_nothing_installed():
+    errors: list[BaseException] = []
+
+    def worker():
+        try:
+            for _ in range(200):
+                assert _core._cpu_start() == "allocator"
+                kept = torch.empty(1024)
+                assert _core._cpu_mode() == "allocator"
+                del kept
+                _core._cpu_stop()
+        except BaseException as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert _core._cpu_mode() is None
+    assert not any(ours for _, _, ours in _core._cpu_hook_slots())
+    assert _core._cpu_start() == "allocator"
+    x = torch.empty(MiB // 4)
+    assert _core._cpu_table_has(x.data_ptr(), MiB)
+    _core._cpu_stop()
+
+
+def test_a_failing_baseline_walk_leaves_nothing_installed(monkeypatch):
+    def broken():
+        raise RuntimeError("walk failed for the test")
+
+    monkeypatch.setattr(_cpu_source, "baseline", broken)
+    with pytest.raises(RuntimeError, match="walk failed for the test"):
+        _core._cpu_start()
+    assert _core._cpu_mode() is None
+    assert not any(ours for _, _, ours in _core._cpu_hook_slots())
+    monkeypatch.undo()
+    assert _core._cpu_start() == "allocator"
+    _core._cpu_stop()

@@ -177,7 +177,8 @@ impl Source {
 impl Drop for Source {
     fn drop(&mut self) {
         if self.cpu.is_some() {
-            cpu::stop();
+            // Sources are dropped by the engine, which runs with the GIL held.
+            Python::attach(cpu::stop);
         }
     }
 }

@@ -65,7 +65,7 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock, TryLockError};
 
 use pyo3::prelude::*;
 
@@ -96,19 +96,65 @@ struct Installed {
     patched: Vec<(got::Slot, usize)>,
 }
 
-struct State {
+/// Who counts: held through a whole `start` or `stop`, Python calls (the probe, the
+/// baseline walk) included, so it is only waited for with the GIL released.
+struct Lifecycle {
     users: usize,
-    mode: Option<Mode>,
     installed: Option<Installed>,
 }
 
-/// Taken by `start` and `stop` only, which run with the line profiler's engine held (so a
-/// fork, which takes the engine first, never finds it locked).
-static STATE: Mutex<State> = Mutex::new(State {
+static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle {
     users: 0,
-    mode: None,
     installed: None,
 });
+
+/// What readers ask at any time: the mode, and the slots that should hold our functions.
+/// A leaf lock, never held across anything else.
+struct Info {
+    mode: Option<Mode>,
+    patched: Vec<got::Slot>,
+}
+
+static INFO: Mutex<Info> = Mutex::new(Info {
+    mode: None,
+    patched: Vec::new(),
+});
+
+fn info() -> std::sync::MutexGuard<'static, Info> {
+    INFO.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+thread_local! {
+    /// This thread is inside `start` or `stop` (Python code they run must not re-enter).
+    static IN_LIFECYCLE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Take the lifecycle lock; while another thread holds it, wait with the GIL released.
+fn lifecycle(py: Python<'_>) -> PyResult<LifecycleGuard> {
+    if IN_LIFECYCLE.with(Cell::get) {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "CPU memory tracking cannot start or stop from code that starting it runs (a \
+             finaliser during its walk over live tensors); do it once that code has returned",
+        ));
+    }
+    let guard = loop {
+        match LIFECYCLE.try_lock() {
+            Ok(guard) => break guard,
+            Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => py.detach(|| drop(LIFECYCLE.lock())),
+        }
+    };
+    IN_LIFECYCLE.with(|inside| inside.set(true));
+    Ok(LifecycleGuard(guard))
+}
+
+struct LifecycleGuard(MutexGuard<'static, Lifecycle>);
+
+impl Drop for LifecycleGuard {
+    fn drop(&mut self) {
+        IN_LIFECYCLE.with(|inside| inside.set(false));
+    }
+}
 
 static TRACKING: AtomicBool = AtomicBool::new(false);
 static DISPLACED: AtomicBool = AtomicBool::new(false);
@@ -188,13 +234,12 @@ pub fn set_glue(library: Option<String>, probe: Py<PyAny>, baseline: Py<PyAny>, 
 
 /// Start counting CPU memory (a reader starts using it). The first start installs the hook
 /// (or picks the fallback), zeroes the counters and adopts the storages alive now; later
-/// ones share it. Every `start` is paired with one `stop`.
+/// ones share it. Every successful `start` is paired with one `stop`.
 pub fn start(py: Python<'_>) -> PyResult<Mode> {
-    {
-        let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        // Callers are serialised by the engine: a started source always has its mode.
-        if let (true, Some(mode)) = (state.users > 0, state.mode.clone()) {
-            state.users += 1;
+    let mut life = lifecycle(py)?;
+    if life.0.users > 0 {
+        if let Some(mode) = info().mode.clone() {
+            life.0.users += 1;
             return Ok(mode);
         }
     }
@@ -204,45 +249,54 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
         )
     })?;
     let mode = match install(py, glue) {
-        Ok(()) => Mode::Allocator,
+        Ok(installed) => {
+            // The hook counts from here; what was alive already is adopted once.
+            if let Err(error) = adopt_baseline(py, glue) {
+                uninstall(installed);
+                return Err(error);
+            }
+            info().patched = installed.patched.iter().map(|(slot, _)| *slot).collect();
+            life.0.installed = Some(installed);
+            Mode::Allocator
+        }
         Err(why) => {
             glue.forget.call0(py)?;
-            {
-                let mut table = table::lock();
-                table::reset(&mut table);
-                *table = None;
-            }
+            let mut table = table::lock();
+            table::reset(&mut table);
+            *table = None;
             Mode::Dispatch(why)
         }
     };
-    if mode == Mode::Allocator {
-        adopt_baseline(py, glue)?;
-    }
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    state.users = 1;
-    state.mode = Some(mode.clone());
+    life.0.users = 1;
+    info().mode = Some(mode.clone());
     Ok(mode)
 }
 
 /// Stop counting for one reader; the last one takes the hook out.
-pub fn stop() {
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    state.users = state.users.saturating_sub(1);
-    if state.users > 0 {
+pub fn stop(py: Python<'_>) {
+    let Ok(mut life) = lifecycle(py) else {
+        return; // called from inside a start: that start has not counted this user yet
+    };
+    life.0.users = life.0.users.saturating_sub(1);
+    if life.0.users > 0 {
         return;
     }
-    state.mode = None;
-    if let Some(installed) = state.installed.take() {
+    {
+        let mut info = info();
+        info.mode = None;
+        info.patched.clear();
+    }
+    if let Some(installed) = life.0.installed.take() {
         uninstall(installed);
     }
 }
 
 /// How CPU memory is counted now (None when nobody counts).
 pub fn mode() -> Option<Mode> {
-    STATE.lock().unwrap_or_else(|p| p.into_inner()).mode.clone()
+    info().mode.clone()
 }
 
-fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
+fn install(py: Python<'_>, glue: &Glue) -> Result<Installed, String> {
     if std::env::var("MEMLAB_RS_CPU_SOURCE").is_ok_and(|v| v == "dispatch") {
         return Err("MEMLAB_RS_CPU_SOURCE=dispatch".to_string());
     }
@@ -320,8 +374,7 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
         let mut table = table::lock();
         table::reset(&mut table);
     }
-    STATE.lock().unwrap_or_else(|p| p.into_inner()).installed = Some(installed);
-    Ok(())
+    Ok(installed)
 }
 
 fn uninstall(installed: Installed) {
@@ -357,15 +410,11 @@ pub fn displaced() -> bool {
     if DISPLACED.load(Relaxed) {
         return true;
     }
-    let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(installed) = &state.installed else {
-        return false;
-    };
     // SAFETY: slots of a loaded library, found at install.
-    let gone = installed
+    let gone = info()
         .patched
         .iter()
-        .any(|(slot, _)| unsafe { got::read(slot) } != ours(slot.name));
+        .any(|slot| unsafe { got::read(slot) } != ours(slot.name));
     if gone {
         DISPLACED.store(true, Relaxed);
     }
@@ -500,8 +549,8 @@ pub fn _cpu_start(py: Python<'_>) -> PyResult<String> {
 
 /// Undo one `_cpu_start`.
 #[pyfunction]
-pub fn _cpu_stop() {
-    stop();
+pub fn _cpu_stop(py: Python<'_>) {
+    stop(py);
 }
 
 /// The CPU counters now, in `torch.cuda.memory_stats()` names.
