@@ -374,3 +374,43 @@ def test_a_failing_baseline_walk_leaves_nothing_installed(monkeypatch):
     monkeypatch.undo()
     assert _core._cpu_start() == "allocator"
     _core._cpu_stop()
+
+
+def write_slot(address: int, value: int) -> None:
+    """Write a GOT slot the way another interposing tool (memray, say) would."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = address & ~(mmap.PAGESIZE - 1)
+    readonly = page_permissions(address).startswith("r-")
+    assert libc.mprotect(page, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+    ctypes.c_size_t.from_address(address).value = value
+    if readonly:
+        assert libc.mprotect(page, mmap.PAGESIZE, mmap.PROT_READ) == 0
+
+
+def test_another_tool_replacing_the_hook_is_reported_and_kept():
+    import ctypes
+
+    real = ctypes.cast(ctypes.CDLL(None).posix_memalign, ctypes.c_void_p).value
+
+    def f():
+        x = torch.empty(256, 1024)
+        return x
+
+    (address,) = [a for name, a, _ in _core._cpu_hook_slot_addresses() if name == "posix_memalign"]
+    with LineProfiler(f, device="cpu") as lp:
+        ours = ctypes.c_size_t.from_address(address).value
+        write_slot(address, real)  # the other tool calls the C library itself
+        f()
+    try:
+        report = lp.display(columns=COLUMNS)
+        (notice,) = [n for n in report.notices if "Another tool replaced" in n]
+        assert "not counted" in notice
+        # Its function stays where it is: putting ours back would undo the other tool.
+        assert ctypes.c_size_t.from_address(address).value == real
+    finally:
+        assert ours != real
+        write_slot(address, real)
