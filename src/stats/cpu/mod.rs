@@ -248,7 +248,7 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
             "memlab_rs._cpu_source was not imported: the CPU source has no torch glue",
         )
     })?;
-    let mode = match install(py, glue) {
+    let mode = match install(py, glue)? {
         Ok(installed) => {
             // The hook counts from here; what was alive already is adopted once.
             if let Err(error) = adopt_baseline(py, glue) {
@@ -296,7 +296,35 @@ pub fn mode() -> Option<Mode> {
     info().mode.clone()
 }
 
-fn install(py: Python<'_>, glue: &Glue) -> Result<Installed, String> {
+/// Install the hook and check it with the probe. Ok(Err(why)): the hook cannot be used
+/// here (the fallback counts, and says why); Err: the probe raised something that is not an
+/// error of the probe (KeyboardInterrupt, SystemExit), the caller's to see.
+fn install(py: Python<'_>, glue: &Glue) -> PyResult<Result<Installed, String>> {
+    let installed = match hook(glue) {
+        Ok(installed) => installed,
+        Err(why) => return Ok(Err(why)),
+    };
+    let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
+    if !matches!(probed, Ok(true)) {
+        uninstall(installed);
+        return match probed {
+            Err(error) if !error.is_instance_of::<pyo3::exceptions::PyException>(py) => Err(error),
+            Err(error) => Ok(Err(format!("the probe allocation failed: {error}"))),
+            _ => Ok(Err(
+                "a probe tensor allocated by torch did not reach libc10's posix_memalign"
+                    .to_string(),
+            )),
+        };
+    }
+    {
+        let mut table = table::lock();
+        table::reset(&mut table);
+    }
+    Ok(Ok(installed))
+}
+
+/// Write our functions into libc10's slots (no Python).
+fn hook(glue: &Glue) -> Result<Installed, String> {
     if std::env::var("MEMLAB_RS_CPU_SOURCE").is_ok_and(|v| v == "dispatch") {
         return Err("MEMLAB_RS_CPU_SOURCE=dispatch".to_string());
     }
@@ -360,21 +388,7 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<Installed, String> {
         }
         patched.push((*slot, before));
     }
-    let installed = Installed { patched };
-    let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
-    if !matches!(probed, Ok(true)) {
-        uninstall(installed);
-        return Err(match probed {
-            Err(error) => format!("the probe allocation failed: {error}"),
-            _ => "a probe tensor allocated by torch did not reach libc10's posix_memalign"
-                .to_string(),
-        });
-    }
-    {
-        let mut table = table::lock();
-        table::reset(&mut table);
-    }
-    Ok(installed)
+    Ok(Installed { patched })
 }
 
 fn uninstall(installed: Installed) {
