@@ -475,16 +475,23 @@ pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
 
 /// Start and stop counting CPU memory outside the line profiler (tests, and tools that
 /// read the counters): returns the mode as `_cpu_mode` does.
+///
+/// Run with the line profiler's engine held, as the profiler's own starts and stops are:
+/// `start` calls into Python (the probe, the baseline walk), which lets other threads run,
+/// so two unserialised starts would both install, and a fork would find a start half done.
 #[pyfunction]
 pub fn _cpu_start(py: Python<'_>) -> PyResult<String> {
-    start(py)?;
+    crate::line_profiler::engine::with_engine(py, |_| start(py))?;
     Ok(_cpu_mode().unwrap_or_default())
 }
 
-/// Undo one `_cpu_start`.
+/// Undo one `_cpu_start` (with the engine held, as `_cpu_start`).
 #[pyfunction]
-pub fn _cpu_stop() {
-    stop();
+pub fn _cpu_stop(py: Python<'_>) -> PyResult<()> {
+    crate::line_profiler::engine::with_engine(py, |_| {
+        stop();
+        Ok(())
+    })
 }
 
 /// The CPU counters now, in `torch.cuda.memory_stats()` names.
