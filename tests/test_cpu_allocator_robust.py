@@ -457,3 +457,58 @@ def test_keyboard_interrupt_inside_a_profiled_function_ends_tracking(deliver):
     assert by_line(lp, toggled_work)["u = torch.empty(2 * nbytes, dtype=torch.uint8)"][
         "allocated_bytes.all.allocated"
     ] == 2 * MiB
+
+
+class InterruptedModule:
+    """Stands in for a module ``_cpu_source`` uses: every attribute is the real one, except
+    ``name``, which raises KeyboardInterrupt, as a Ctrl-C arriving in the middle of it
+    would."""
+
+    def __init__(self, real, name: str):
+        self._real, self._name = real, name
+
+    def __getattr__(self, attr: str):
+        if attr == self._name:
+
+            def interrupted(*args, **kwargs):
+                raise KeyboardInterrupt
+
+            return interrupted
+        return getattr(self._real, attr)
+
+
+def start_profiler() -> None:
+    LineProfiler(toggled_work, device="cpu").enable()
+
+
+def start_counting() -> None:
+    _core._cpu_start()
+    _core._cpu_stop()  # reached only when not interrupted: leave nothing started
+
+
+@pytest.mark.parametrize("start", [start_profiler, start_counting], ids=["enable", "_cpu_start"])
+@pytest.mark.parametrize(
+    "where",
+    [("_core", "tracked_tensors"), ("torch", "empty")],
+    ids=["in-the-baseline-walk", "in-the-probe"],
+)
+def test_keyboard_interrupt_while_tracking_starts_propagates_and_leaves_nothing(
+    monkeypatch, where, start
+):
+    from memlab_rs import _cpu_source
+
+    module, name = where
+    monkeypatch.setattr(_cpu_source, module, InterruptedModule(getattr(_cpu_source, module), name))
+    with pytest.raises(KeyboardInterrupt):
+        start()
+    monkeypatch.undo()
+    assert_nothing_installed()
+    # The next profile installs the hook, counts exactly, and takes it out again.
+    with LineProfiler(toggled_work, device="cpu") as lp:
+        assert lp.stats_reader == "allocator hook"
+        toggled_work(MiB)
+    assert_nothing_installed()
+    lines = by_line(lp, toggled_work)
+    assert lines["t = torch.empty(nbytes, dtype=torch.uint8)"]["allocated_bytes.all.allocated"] == (
+        MiB
+    )
