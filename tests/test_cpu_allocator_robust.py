@@ -477,11 +477,12 @@ class InterruptedModule:
         return getattr(self._real, attr)
 
 
-def start_profiler() -> None:
-    LineProfiler(toggled_work, device="cpu").enable()
+def start_profiler(made: list) -> None:
+    made.append(LineProfiler(toggled_work, device="cpu"))
+    made[-1].enable()
 
 
-def start_counting() -> None:
+def start_counting(made: list) -> None:
     _core._cpu_start()
     _core._cpu_stop()  # reached only when not interrupted: leave nothing started
 
@@ -499,10 +500,12 @@ def test_keyboard_interrupt_while_tracking_starts_propagates_and_leaves_nothing(
 
     module, name = where
     monkeypatch.setattr(_cpu_source, module, InterruptedModule(getattr(_cpu_source, module), name))
+    made: list[LineProfiler] = []
     with pytest.raises(KeyboardInterrupt):
-        start()
+        start(made)
     monkeypatch.undo()
     assert_nothing_installed()
+    assert not any(lp.enabled for lp in made)
     # The next profile installs the hook, counts exactly, and takes it out again.
     with LineProfiler(toggled_work, device="cpu") as lp:
         assert lp.stats_reader == "allocator hook"
