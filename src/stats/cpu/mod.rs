@@ -205,7 +205,8 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
     })?;
     let mode = match install(py, glue) {
         Ok(()) => Mode::Allocator,
-        Err(why) => {
+        Err(Refusal::Raise(error)) => return Err(error),
+        Err(Refusal::Fallback(why)) => {
             glue.forget.call0(py)?;
             {
                 let mut table = table::lock();
@@ -216,7 +217,18 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
         }
     };
     if mode == Mode::Allocator {
-        adopt_baseline(py, glue)?;
+        if let Err(error) = adopt_baseline(py, glue) {
+            // Nobody holds the hook yet (users is 0, no stop will come): take it out now.
+            let installed = STATE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .installed
+                .take();
+            if let Some(installed) = installed {
+                uninstall(installed);
+            }
+            return Err(error);
+        }
     }
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     state.users = 1;
@@ -242,9 +254,29 @@ pub fn mode() -> Option<Mode> {
     STATE.lock().unwrap_or_else(|p| p.into_inner()).mode.clone()
 }
 
-fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
+/// Why `install` did not install the hook.
+enum Refusal {
+    /// The hook cannot be used here: count with the fallback, and say why.
+    Fallback(String),
+    /// The probe was interrupted (KeyboardInterrupt, SystemExit): the caller's, to raise.
+    Raise(PyErr),
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Refusal::Fallback(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Self {
+        Refusal::Fallback(why.to_string())
+    }
+}
+
+fn install(py: Python<'_>, glue: &Glue) -> Result<(), Refusal> {
     if std::env::var("MEMLAB_RS_CPU_SOURCE").is_ok_and(|v| v == "dispatch") {
-        return Err("MEMLAB_RS_CPU_SOURCE=dispatch".to_string());
+        return Err("MEMLAB_RS_CPU_SOURCE=dispatch".into());
     }
     let library = glue
         .library
@@ -255,7 +287,8 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
         if !found.slots.iter().any(|slot| slot.name == name) {
             return Err(format!(
                 "libc10.so does not call {name} through its GOT (its allocator is built in?)"
-            ));
+            )
+            .into());
         }
     }
     for name in NAMES {
@@ -281,7 +314,7 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
             }
         }
         if real.load(Acquire) == 0 {
-            return Err(format!("{name} could not be resolved"));
+            return Err(format!("{name} could not be resolved").into());
         }
     }
     {
@@ -302,7 +335,7 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
         // function with the same C signature as the symbol.
         if let Err(error) = unsafe { got::write(slot, ours(slot.name)) } {
             uninstall(Installed { patched });
-            return Err(error);
+            return Err(error.into());
         }
         patched.push((*slot, before));
     }
@@ -311,9 +344,12 @@ fn install(py: Python<'_>, glue: &Glue) -> Result<(), String> {
     if !matches!(probed, Ok(true)) {
         uninstall(installed);
         return Err(match probed {
-            Err(error) => format!("the probe allocation failed: {error}"),
-            _ => "a probe tensor allocated by torch did not reach libc10's posix_memalign"
-                .to_string(),
+            // Not an error of the probe: the user's interrupt, never swallowed.
+            Err(error) if !error.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+                Refusal::Raise(error)
+            }
+            Err(error) => format!("the probe allocation failed: {error}").into(),
+            _ => "a probe tensor allocated by torch did not reach libc10's posix_memalign".into(),
         });
     }
     {
