@@ -41,6 +41,10 @@ COLUMNS = (
     "allocated_bytes.all.current",
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
+# 3.12+ warns at every fork of a process with threads; forking with threads is the point.
+fork_with_threads = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+)
 
 
 def by_line(lp: LineProfiler, func) -> dict[str, dict]:
@@ -200,6 +204,7 @@ def forked_child_checks(start_own: bool) -> int:
     return failed
 
 
+@fork_with_threads
 def test_1000_forks_while_other_threads_allocate_through_the_hook():
     forks, workers = 1000, 2
     stop, calls = threading.Event(), []
@@ -211,7 +216,7 @@ def test_1000_forks_while_other_threads_allocate_through_the_hook():
         threads = [threading.Thread(target=churn_until, args=(stop, calls)) for _ in range(workers)]
         for thread in threads:
             thread.start()
-        statuses = []
+        statuses, previous = [], None
         for i in range(forks):
             pid = os.fork()
             if pid == 0:
@@ -220,11 +225,15 @@ def test_1000_forks_while_other_threads_allocate_through_the_hook():
                     code = forked_child_checks(start_own=i % 50 == 0)
                 finally:
                     os._exit(code)
-            statuses.append(wait_child(pid))
             # The parent still counts: a known tensor is in the table at its address.
             t = torch.empty(PARENT_BYTES, dtype=torch.uint8)
             assert _core._cpu_table_has(t.data_ptr(), PARENT_BYTES)
             kept.append(t)
+            # One child in flight while the next is forked: its exit overlaps the fork.
+            if previous is not None:
+                statuses.append(wait_child(previous))
+            previous = pid
+        statuses.append(wait_child(previous))
         stop.set()
         for thread in threads:
             thread.join()
@@ -259,6 +268,7 @@ def report_from_fork_child(conn) -> None:
     conn.close()
 
 
+@fork_with_threads
 def test_multiprocessing_fork_child_starts_clean():
     stop, calls = threading.Event(), []
     context = multiprocessing.get_context("fork")
@@ -515,3 +525,62 @@ def test_keyboard_interrupt_while_tracking_starts_propagates_and_leaves_nothing(
     assert lines["t = torch.empty(nbytes, dtype=torch.uint8)"]["allocated_bytes.all.allocated"] == (
         MiB
     )
+
+
+# Bits of the exit status of a child forked by a worker thread.
+CHILD_PROFILE_WRONG = 16
+
+
+def forked_by_a_worker_checks(profile_in_child: bool) -> int:
+    failed = forked_child_checks(start_own=False)
+    if profile_in_child:
+        with LineProfiler(churn, device="cpu") as lp:
+            churn(PARENT_BYTES)
+        line = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]
+        if line["allocated_bytes.all.allocated"] != PARENT_BYTES or _core._cpu_mode() is not None:
+            failed |= CHILD_PROFILE_WRONG
+    return failed
+
+
+@fork_with_threads
+def test_forks_from_a_worker_thread_while_another_thread_toggles_a_profiler():
+    stop, calls, statuses, children = threading.Event(), [], [], []
+
+    def toggles() -> None:
+        other = LineProfiler(churn, device="cpu")
+        while not stop.is_set():
+            other.enable()  # installs the hook when it is the only user: probe, baseline walk
+            other.disable()
+
+    def forks(n: int) -> None:
+        for i in range(n):
+            pid = os.fork()
+            if pid == 0:
+                code = 99
+                try:
+                    code = forked_by_a_worker_checks(profile_in_child=i % 10 == 0)
+                finally:
+                    os._exit(code)
+            children.append(pid)
+            statuses.append(os.waitpid(pid, 0)[1])
+
+    with LineProfiler(churn, device="cpu") as lp:
+        helpers = [
+            threading.Thread(target=churn_until, args=(stop, calls)),
+            threading.Thread(target=toggles),
+        ]
+        for thread in helpers:
+            thread.start()
+        forker = threading.Thread(target=forks, args=(200,), daemon=True)
+        forker.start()
+        forker.join(300)
+        stop.set()
+        for thread in helpers:
+            thread.join()
+        if forker.is_alive():
+            os.kill(children[-1], signal.SIGKILL)
+            pytest.fail(f"forked child {children[-1]} did not end within 300 s (deadlock)")
+    assert statuses == [0] * 200, sorted(set(statuses))
+    assert_nothing_installed()
+    hits = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]["hits"]
+    assert 0 < hits <= calls[0]
