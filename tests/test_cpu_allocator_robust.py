@@ -297,6 +297,65 @@ def test_multiprocessing_fork_child_starts_clean():
     assert hits == calls[0] or dropped_events(lp) >= calls[0] - hits
 
 
+# Bits of the exit status of a child forked by a worker thread.
+CHILD_PROFILE_WRONG = 16
+
+
+def forked_by_a_worker_checks(profile_in_child: bool) -> int:
+    failed = forked_child_checks(start_own=False)
+    if profile_in_child:
+        with LineProfiler(churn, device="cpu") as lp:
+            churn(PARENT_BYTES)
+        line = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]
+        if line["allocated_bytes.all.allocated"] != PARENT_BYTES or _core._cpu_mode() is not None:
+            failed |= CHILD_PROFILE_WRONG
+    return failed
+
+
+@fork_with_threads
+def test_forks_from_a_worker_thread_while_another_thread_toggles_a_profiler():
+    stop, calls, statuses, children = threading.Event(), [], [], []
+
+    def toggles() -> None:
+        other = LineProfiler(churn, device="cpu")
+        while not stop.is_set():
+            other.enable()  # installs the hook when it is the only user: probe, baseline walk
+            other.disable()
+
+    def forks(n: int) -> None:
+        for i in range(n):
+            pid = os.fork()
+            if pid == 0:
+                code = 99
+                try:
+                    code = forked_by_a_worker_checks(profile_in_child=i % 10 == 0)
+                finally:
+                    os._exit(code)
+            children.append(pid)
+            statuses.append(os.waitpid(pid, 0)[1])
+
+    with LineProfiler(churn, device="cpu") as lp:
+        helpers = [
+            threading.Thread(target=churn_until, args=(stop, calls)),
+            threading.Thread(target=toggles),
+        ]
+        for thread in helpers:
+            thread.start()
+        forker = threading.Thread(target=forks, args=(200,), daemon=True)
+        forker.start()
+        forker.join(300)
+        stop.set()
+        for thread in helpers:
+            thread.join()
+        if forker.is_alive():
+            os.kill(children[-1], signal.SIGKILL)
+            pytest.fail(f"forked child {children[-1]} did not end within 300 s (deadlock)")
+    assert statuses == [0] * 200, sorted(set(statuses))
+    assert_nothing_installed()
+    hits = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]["hits"]
+    assert 0 < hits <= calls[0]
+
+
 # --- interpreter exit with threads still running ----------------------------------------
 
 
@@ -414,7 +473,7 @@ def test_cpu_start_and_stop_from_threads_alongside_profilers():
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors[:3] == []
+    assert not errors, errors[:3]
     assert_nothing_installed()
 
 
@@ -525,62 +584,3 @@ def test_keyboard_interrupt_while_tracking_starts_propagates_and_leaves_nothing(
     assert lines["t = torch.empty(nbytes, dtype=torch.uint8)"]["allocated_bytes.all.allocated"] == (
         MiB
     )
-
-
-# Bits of the exit status of a child forked by a worker thread.
-CHILD_PROFILE_WRONG = 16
-
-
-def forked_by_a_worker_checks(profile_in_child: bool) -> int:
-    failed = forked_child_checks(start_own=False)
-    if profile_in_child:
-        with LineProfiler(churn, device="cpu") as lp:
-            churn(PARENT_BYTES)
-        line = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]
-        if line["allocated_bytes.all.allocated"] != PARENT_BYTES or _core._cpu_mode() is not None:
-            failed |= CHILD_PROFILE_WRONG
-    return failed
-
-
-@fork_with_threads
-def test_forks_from_a_worker_thread_while_another_thread_toggles_a_profiler():
-    stop, calls, statuses, children = threading.Event(), [], [], []
-
-    def toggles() -> None:
-        other = LineProfiler(churn, device="cpu")
-        while not stop.is_set():
-            other.enable()  # installs the hook when it is the only user: probe, baseline walk
-            other.disable()
-
-    def forks(n: int) -> None:
-        for i in range(n):
-            pid = os.fork()
-            if pid == 0:
-                code = 99
-                try:
-                    code = forked_by_a_worker_checks(profile_in_child=i % 10 == 0)
-                finally:
-                    os._exit(code)
-            children.append(pid)
-            statuses.append(os.waitpid(pid, 0)[1])
-
-    with LineProfiler(churn, device="cpu") as lp:
-        helpers = [
-            threading.Thread(target=churn_until, args=(stop, calls)),
-            threading.Thread(target=toggles),
-        ]
-        for thread in helpers:
-            thread.start()
-        forker = threading.Thread(target=forks, args=(200,), daemon=True)
-        forker.start()
-        forker.join(300)
-        stop.set()
-        for thread in helpers:
-            thread.join()
-        if forker.is_alive():
-            os.kill(children[-1], signal.SIGKILL)
-            pytest.fail(f"forked child {children[-1]} did not end within 300 s (deadlock)")
-    assert statuses == [0] * 200, sorted(set(statuses))
-    assert_nothing_installed()
-    hits = by_line(lp, churn)["t = torch.empty(nbytes, dtype=torch.uint8)"]["hits"]
-    assert 0 < hits <= calls[0]
