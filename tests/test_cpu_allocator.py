@@ -8,6 +8,7 @@ hears every CPU allocation and free of the calling thread from the same allocato
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import io
 import pickle
@@ -257,7 +258,21 @@ def test_slots_hold_our_hook_only_while_tracking_and_relro_pages_stay_read_only(
     assert not any(ours for _, _, ours in _core._cpu_hook_slots())
     for _, address, relro in _core._cpu_hook_slot_addresses():
         assert page_permissions(address).startswith("r-" if relro else "rw")
+        # What was put back is the function itself, never a lazy-binding stub inside
+        # libc10: a stub would let the dynamic linker rewrite the slot under a later start.
+        assert not mapping_of(ctypes.c_size_t.from_address(address).value).endswith("libc10.so")
     assert _core._cpu_mode() is None
+
+
+def mapping_of(address: int) -> str:
+    """The file mapped at ``address`` ("" for anonymous memory)."""
+    with open("/proc/self/maps") as maps:
+        for entry in maps:
+            fields = entry.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                return fields[5] if len(fields) > 5 else ""
+    raise AssertionError(f"{address:#x} is not mapped")
 
 
 def page_permissions(address: int) -> str:

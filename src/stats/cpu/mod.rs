@@ -38,7 +38,10 @@
 //!   out and the fallback used.
 //! - What the slot held before is what our functions call (when that is a lazy-binding stub
 //!   inside `libc10.so`, the symbol resolved by the dynamic linker instead, so that the stub
-//!   never rewrites the slot under us); `stop` writes it back, unless another tool replaced
+//!   never rewrites the slot under us); `stop` writes that function back (never the stub:
+//!   a thread calling through a restored stub makes the dynamic linker write the slot, which
+//!   could land just after a later start wrote ours; a start whose probe finds a slot
+//!   rewritten that way installs again), unless another tool replaced
 //!   our function meanwhile (then theirs stays and ours passes calls through). A slot that no
 //!   longer holds our function while tracking is seen at the next sample (`displaced`), and
 //!   the report says that CPU allocations after that point are not counted.
@@ -300,11 +303,27 @@ pub fn mode() -> Option<Mode> {
 /// here (the fallback counts, and says why); Err: the probe raised something that is not an
 /// error of the probe (KeyboardInterrupt, SystemExit), the caller's to see.
 fn install(py: Python<'_>, glue: &Glue) -> PyResult<Result<Installed, String>> {
-    let installed = match hook(glue) {
-        Ok(installed) => installed,
-        Err(why) => return Ok(Err(why)),
+    let mut attempts = 0;
+    let (installed, probed) = loop {
+        let installed = match hook(glue) {
+            Ok(installed) => installed,
+            Err(why) => return Ok(Err(why)),
+        };
+        let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
+        attempts += 1;
+        // A thread that entered a lazy-binding stub before our write finishes binding after
+        // it, and writes the slot back: only once, since we never put a stub back. Again.
+        // SAFETY: slots of a loaded library, found by `hook`.
+        let lost = installed
+            .patched
+            .iter()
+            .any(|(slot, _)| unsafe { got::read(slot) } != ours(slot.name));
+        if matches!(probed, Ok(false)) && lost && attempts < 3 {
+            uninstall(installed);
+            continue;
+        }
+        break (installed, probed);
     };
-    let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
     if !matches!(probed, Ok(true)) {
         uninstall(installed);
         return match probed {
@@ -376,9 +395,19 @@ fn hook(glue: &Glue) -> Result<Installed, String> {
     let mut patched = Vec::new();
     for slot in &found.slots {
         // SAFETY: as above; our functions have the slot's signature.
-        let before = unsafe { got::read(slot) };
+        let mut before = unsafe { got::read(slot) };
         if before == ours(slot.name) {
             continue;
+        }
+        if before == 0 || found.contains(before) {
+            // A lazy-binding stub: what we put back later is the function it binds, never
+            // the stub, so no later call goes through the dynamic linker's resolver, which
+            // would write the slot under a later start of ours.
+            before = if slot.name == NAMES[0] {
+                REAL_MEMALIGN.load(Acquire)
+            } else {
+                REAL_FREE.load(Acquire)
+            };
         }
         // SAFETY: the slot is an aligned GOT word of a loaded library; the value is our
         // function with the same C signature as the symbol.
@@ -579,4 +608,15 @@ pub fn _cpu_stats() -> Vec<(String, i64)> {
         }
     }
     out
+}
+
+/// (tracking, this thread inside a fork's window, the table exists): for tests that check
+/// the hook's state after the fact.
+#[pyfunction]
+pub fn _cpu_hook_state() -> (bool, bool, bool) {
+    (
+        TRACKING.load(Relaxed),
+        FORKING.try_with(Cell::get).unwrap_or(true),
+        table::lock().is_some(),
+    )
 }
