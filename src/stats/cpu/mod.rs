@@ -43,7 +43,8 @@
 //!   could land just after a later start wrote ours; a start whose probe finds a slot
 //!   rewritten that way installs again), unless another tool replaced
 //!   our function meanwhile (then theirs stays and ours passes calls through). A slot that no
-//!   longer holds our function while tracking is seen at the next sample (`displaced`), and
+//!   longer holds our function while tracking is seen when a report is built or the profiler
+//!   disabled (`displaced`), and
 //!   the report says that CPU allocations after that point are not counted.
 //! - Storages alive at `start` are adopted by address and size, from one gc walk. A free of
 //!   that address undoes one; a storage the CPU allocator did not make (numpy's memory,
