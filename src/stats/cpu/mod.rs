@@ -542,17 +542,20 @@ pub fn _cpu_mode() -> Option<String> {
     })
 }
 
-/// libc10's GOT slots for posix_memalign and free, as (name, in RELRO, holds our function),
-/// read now (for tests: nothing of ours stays after the last stop).
-#[pyfunction]
-pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
+/// libc10's slots for our two functions, found now.
+fn slots_now() -> PyResult<got::Library> {
     let library = GLUE
         .get()
         .and_then(|glue| glue.library.clone())
         .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no libc10.so known"))?;
-    let found = got::find(Path::new(&library), &NAMES)
-        .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
-    Ok(found
+    got::find(Path::new(&library), &NAMES).map_err(pyo3::exceptions::PyRuntimeError::new_err)
+}
+
+/// libc10's GOT slots for posix_memalign and free, as (name, in RELRO, holds our function),
+/// read now (for tests: nothing of ours stays after the last stop).
+#[pyfunction]
+pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
+    Ok(slots_now()?
         .slots
         .iter()
         // SAFETY: slots of a loaded library, found just now.
@@ -570,13 +573,7 @@ pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
 /// the page protections around them.
 #[pyfunction]
 pub fn _cpu_hook_slot_addresses() -> PyResult<Vec<(String, usize, bool)>> {
-    let library = GLUE
-        .get()
-        .and_then(|glue| glue.library.clone())
-        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no libc10.so known"))?;
-    let found = got::find(Path::new(&library), &NAMES)
-        .map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
-    Ok(found
+    Ok(slots_now()?
         .slots
         .iter()
         .map(|slot| (slot.name.to_string(), slot.address, slot.relro))
