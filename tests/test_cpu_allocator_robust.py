@@ -74,6 +74,19 @@ def dropped_events(lp: LineProfiler) -> int:
     return 0
 
 
+def fork_running(checks, **kwargs) -> int:
+    """Fork; the child runs ``checks(**kwargs)`` and leaves with its result as the exit
+    status (99 if it raised), through ``os._exit``. Returns the child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            code = checks(**kwargs)
+        finally:
+            os._exit(code)
+    return pid
+
+
 def wait_child(pid: int, timeout: int = 60) -> int:
     """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
 
@@ -218,13 +231,7 @@ def test_1000_forks_while_other_threads_allocate_through_the_hook():
             thread.start()
         statuses, previous = [], None
         for i in range(forks):
-            pid = os.fork()
-            if pid == 0:
-                code = 99
-                try:
-                    code = forked_child_checks(start_own=i % 50 == 0)
-                finally:
-                    os._exit(code)
+            pid = fork_running(forked_child_checks, start_own=i % 50 == 0)
             # The parent still counts: a known tensor is in the table at its address.
             t = torch.empty(PARENT_BYTES, dtype=torch.uint8)
             assert _core._cpu_table_has(t.data_ptr(), PARENT_BYTES)
@@ -324,13 +331,7 @@ def test_forks_from_a_worker_thread_while_another_thread_toggles_a_profiler():
 
     def forks(n: int) -> None:
         for i in range(n):
-            pid = os.fork()
-            if pid == 0:
-                code = 99
-                try:
-                    code = forked_by_a_worker_checks(profile_in_child=i % 10 == 0)
-                finally:
-                    os._exit(code)
+            pid = fork_running(forked_by_a_worker_checks, profile_in_child=i % 10 == 0)
             children.append(pid)
             statuses.append(os.waitpid(pid, 0)[1])
 

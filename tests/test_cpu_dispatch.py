@@ -142,7 +142,8 @@ def test_a_hook_error_is_reported_with_the_first_message(monkeypatch):
     assert any("error" in n and "adoption failed for the test" in n for n in notices), notices
 
 
-CRASH_BLOCK = """
+# Two threads run a profiled function in a loop; the scripts differ in how profiling ends.
+CRASH_PREAMBLE = """
     import threading, time, torch
     from memlab_rs import LineProfiler
 
@@ -156,7 +157,9 @@ CRASH_BLOCK = """
     def loop():
         while not stop.is_set():
             work()
+"""
 
+CRASH_BLOCK = CRASH_PREAMBLE + """
     with LineProfiler(work, device="cpu"):
         threads = [threading.Thread(target=loop) for _ in range(2)]
         for t in threads:
@@ -168,21 +171,7 @@ CRASH_BLOCK = """
         t.join()
 """
 
-CRASH_TOGGLE = """
-    import threading, time, torch
-    from memlab_rs import LineProfiler
-
-    def work():
-        a = torch.empty(64, 64)
-        b = a * 2
-        return b
-
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            work()
-
+CRASH_TOGGLE = CRASH_PREAMBLE + """
     lp = LineProfiler(work, device="cpu")
     lp.enable()
     threads = [threading.Thread(target=loop) for _ in range(2)]
