@@ -42,7 +42,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu::_cpu_adopted_gone, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_mode, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_hook_slots, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_hook_state, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_hook_slot_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_start, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_stop, m)?)?;

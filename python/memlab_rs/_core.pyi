@@ -25,7 +25,6 @@ __all__ = [
     "_cpu_freed",
     "_cpu_hook_slot_addresses",
     "_cpu_hook_slots",
-    "_cpu_hook_state",
     "_cpu_live",
     "_cpu_mode",
     "_cpu_start",
@@ -182,8 +181,6 @@ def _cpu_hook_slots() -> list[tuple[str, bool, bool]]:
     """libc10's GOT slots for posix_memalign and free: (name, in RELRO, holds our hook)."""
 
 def _cpu_hook_slot_addresses() -> list[tuple[str, int, bool]]: ...
-def _cpu_hook_state() -> tuple[bool, bool, bool]:
-    """(tracking, this thread inside a fork's window, the table exists)."""
 
 def _cpu_start() -> str:
     """Start counting CPU memory (shared, counted); returns the mode as ``_cpu_mode``."""

@@ -607,14 +607,3 @@ pub fn _cpu_stats() -> Vec<(String, i64)> {
     }
     out
 }
-
-/// (tracking, this thread inside a fork's window, the table exists): for tests that check
-/// the hook's state after the fact.
-#[pyfunction]
-pub fn _cpu_hook_state() -> (bool, bool, bool) {
-    (
-        TRACKING.load(Relaxed),
-        FORKING.try_with(Cell::get).unwrap_or(true),
-        table::lock().is_some(),
-    )
-}
