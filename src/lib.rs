@@ -8,6 +8,7 @@ pub mod render;
 pub mod reporter;
 pub mod size;
 pub mod stats;
+pub mod trace;
 
 use pyo3::prelude::*;
 
@@ -30,6 +31,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<render::line::LineReportView>()?;
+    m.add_class::<trace::binding::TraceAnalysis>()?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;

@@ -1,0 +1,112 @@
+//! A trace report as data: the tagging profiler's CSV (`tag,MiB`) and its log of the stacks it
+//! could not tag, and JSON.
+
+use std::collections::HashMap;
+
+use super::json::string;
+use crate::trace::group::{Row, UNTRACED};
+use crate::trace::model::NONE;
+use crate::trace::report::{DeviceReport, Report};
+
+const MIB: f64 = 1048576.0;
+
+/// `tag,MiB`, one row per tag alive at the peak (the tagging profiler's CSV), biggest first.
+pub fn tag_csv(device: &DeviceReport) -> String {
+    let mut out = String::from("tag,MiB\n");
+    for row in &device.tags {
+        let tag = if row.key.contains([',', '"', '\n']) {
+            format!("\"{}\"", row.key.replace('"', "\"\""))
+        } else {
+            row.key.clone()
+        };
+        out.push_str(&format!("{tag},{:.6}\n", row.bytes as f64 / MIB));
+    }
+    out
+}
+
+/// The stacks of the allocations alive at the peak that carry no tag, biggest first.
+pub fn untagged_log(report: &Report, device: &DeviceReport) -> String {
+    let mut by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
+    for l in device
+        .peak
+        .live
+        .iter()
+        .filter(|l| !l.untraced && l.tag == NONE)
+    {
+        let entry = by_stack.entry(l.stack).or_default();
+        entry.0 += l.bytes;
+        entry.1 += 1;
+    }
+    let mut stacks: Vec<(u32, (u64, u64))> = by_stack.into_iter().collect();
+    stacks.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    let mut out = String::new();
+    for (stack, (bytes, count)) in stacks {
+        out.push_str(&format!(
+            "Untagged: {:.6} MiB in {count} allocation(s), allocated at:\n",
+            bytes as f64 / MIB
+        ));
+        let frames = report.trace.frames_of(stack);
+        if frames.is_empty() {
+            out.push_str("  (no Python stack)\n");
+        }
+        for &f in frames {
+            let frame = report.trace.frames[f as usize];
+            out.push_str(&format!(
+                "  {}:{} ({})\n",
+                report.trace.text(frame.filename),
+                frame.line,
+                report.trace.text(frame.name)
+            ));
+        }
+    }
+    out
+}
+
+fn rows_json(rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"key\":{},\"bytes\":{},\"cumulative\":{},\"median\":{},\"count\":{}}}",
+                string(&r.key),
+                r.bytes,
+                r.cumulative,
+                r.median,
+                r.count
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// The whole report: per device the peak figures, the rows by location and by tag, notices.
+pub fn json(report: &Report) -> String {
+    let devices: Vec<String> = report
+        .devices
+        .iter()
+        .map(|d| {
+            let notices: Vec<String> = report.trace.notices.iter().chain(&d.notices).map(|n| string(n)).collect();
+            format!(
+                "{{\"device\":{},\"max_mem\":{},\"total_allocated\":{},\"start_allocated\":{},\"end_allocated\":{},\"peak_time_us\":{},\"locations\":{},\"modules\":{},\"notices\":[{}]}}",
+                string(&report.device_name(d.device)),
+                d.peak.max_bytes,
+                d.peak.total_allocated,
+                d.peak.start_bytes,
+                d.peak.end_bytes,
+                d.peak.peak_time_us,
+                rows_json(&d.rows),
+                rows_json(&d.tags),
+                notices.join(",")
+            )
+        })
+        .collect();
+    format!(
+        "{{\"source\":{},\"untraced\":{},\"devices\":[{}]}}",
+        string(match report.trace.source {
+            crate::trace::model::Source::Cpu => "cpu",
+            crate::trace::model::Source::Cuda => "cuda",
+        }),
+        string(UNTRACED),
+        devices.join(",")
+    )
+}

@@ -1,0 +1,186 @@
+//! The live set at the peak, grouped: by location (the innermost frame of the user's own
+//! code), by module and phase (the tag recorded with each allocation), by keyword, by line.
+
+use std::collections::HashMap;
+
+use super::model::{StackId, Trace, NONE};
+use super::peak::Live;
+
+pub const UNTRACED: &str = "untraced";
+pub const NO_STACK: &str = "(no Python stack)";
+pub const UNTAGGED: &str = "(untagged)";
+
+/// Which frames are not "the user's": files under these prefixes (torch, the standard
+/// library, memlab_rs by default) and pseudo-files such as `<frozen importlib._bootstrap>`.
+#[derive(Clone, Debug, Default)]
+pub struct Locator {
+    pub exclude: Vec<String>,
+}
+
+impl Locator {
+    fn excluded(&self, filename: &str) -> bool {
+        filename.starts_with('<')
+            || self
+                .exclude
+                .iter()
+                .any(|p| filename.starts_with(p.as_str()))
+    }
+
+    /// The location of every stack: `path:line (function)` of its innermost frame outside
+    /// the excluded files, or of its innermost frame when all are excluded.
+    pub fn locations(&self, trace: &Trace) -> Vec<String> {
+        let mut by_file: HashMap<u32, bool> = HashMap::new();
+        trace
+            .stacks
+            .iter()
+            .map(|frames| {
+                let chosen = frames
+                    .iter()
+                    .copied()
+                    .find(|&f| {
+                        let file = trace.frames[f as usize].filename;
+                        !*by_file
+                            .entry(file)
+                            .or_insert_with(|| self.excluded(trace.text(file)))
+                    })
+                    .or_else(|| frames.first().copied());
+                match chosen {
+                    Some(f) => {
+                        let frame = trace.frames[f as usize];
+                        format!(
+                            "{}:{} ({})",
+                            trace.text(frame.filename),
+                            frame.line,
+                            trace.text(frame.name)
+                        )
+                    }
+                    None => NO_STACK.to_owned(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One row of the peak table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub key: String,
+    pub bytes: u64,
+    pub cumulative: u64,
+    /// The middle size (the upper one of an even count), as the peak tracer prints.
+    pub median: u64,
+    pub count: u64,
+}
+
+fn rows_from(groups: HashMap<String, Vec<u64>>) -> Vec<Row> {
+    let mut rows: Vec<Row> = groups
+        .into_iter()
+        .map(|(key, mut sizes)| {
+            sizes.sort_unstable();
+            Row {
+                bytes: sizes.iter().sum(),
+                median: sizes[sizes.len() / 2],
+                count: sizes.len() as u64,
+                cumulative: 0,
+                key,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+    let mut cumulative = 0;
+    for row in &mut rows {
+        cumulative += row.bytes;
+        row.cumulative = cumulative;
+    }
+    rows
+}
+
+fn location_of(locations: &[String], stack: StackId) -> &str {
+    if stack == NONE {
+        NO_STACK
+    } else {
+        &locations[stack as usize]
+    }
+}
+
+/// The live set by location; what was alive before recording began is one row, `untraced`.
+pub fn by_location(live: &[Live], locations: &[String]) -> Vec<Row> {
+    let mut groups: HashMap<String, Vec<u64>> = HashMap::new();
+    for l in live {
+        let key = if l.untraced {
+            UNTRACED
+        } else {
+            location_of(locations, l.stack)
+        };
+        groups.entry(key.to_owned()).or_default().push(l.bytes);
+    }
+    rows_from(groups)
+}
+
+/// The live set by tag (`phase:module path`).
+pub fn by_tag(trace: &Trace, live: &[Live]) -> Vec<Row> {
+    let mut groups: HashMap<String, Vec<u64>> = HashMap::new();
+    for l in live {
+        let key = if l.untraced {
+            UNTRACED
+        } else if l.tag == NONE {
+            UNTAGGED
+        } else {
+            trace.text(l.tag)
+        };
+        groups.entry(key.to_owned()).or_default().push(l.bytes);
+    }
+    rows_from(groups)
+}
+
+/// Keyword groups, the tagging profiler's way: each row goes to the first group with a
+/// keyword in its key; `Others` takes the rest; `Untrackable` is `expected` minus the total.
+pub fn by_keyword(
+    rows: &[Row],
+    groups: &[(String, Vec<String>)],
+    expected: Option<u64>,
+) -> Vec<(String, i128)> {
+    let mut out: Vec<(String, i128)> = groups.iter().map(|(g, _)| (g.clone(), 0)).collect();
+    let mut others: i128 = 0;
+    let mut total: i128 = 0;
+    for row in rows {
+        total += row.bytes as i128;
+        match groups
+            .iter()
+            .position(|(_, words)| words.iter().any(|w| row.key.contains(w.as_str())))
+        {
+            Some(i) => out[i].1 += row.bytes as i128,
+            None => others += row.bytes as i128,
+        }
+    }
+    out.push(("Others".to_owned(), others));
+    if let Some(expected) = expected {
+        out.push(("Untrackable".to_owned(), expected as i128 - total));
+    }
+    out
+}
+
+/// Bytes alive at the peak per source line, counting an allocation under every line of its
+/// stack (each line once), as the line profiler counts what a line's callees allocate.
+pub fn by_line(trace: &Trace, live: &[Live]) -> HashMap<(String, u32), u64> {
+    let mut per_stack: HashMap<StackId, u64> = HashMap::new();
+    for l in live.iter().filter(|l| !l.untraced && l.stack != NONE) {
+        *per_stack.entry(l.stack).or_default() += l.bytes;
+    }
+    let mut out: HashMap<(String, u32), u64> = HashMap::new();
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    for (stack, bytes) in per_stack {
+        seen.clear();
+        for &f in trace.frames_of(stack) {
+            let frame = trace.frames[f as usize];
+            let key = (frame.filename, frame.line);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            *out.entry((trace.text(frame.filename).to_owned(), frame.line))
+                .or_default() += bytes;
+        }
+    }
+    out
+}
