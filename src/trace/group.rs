@@ -10,8 +10,17 @@ pub const UNTRACED: &str = "untraced";
 pub const NO_STACK: &str = "(no Python stack)";
 pub const UNTAGGED: &str = "(untagged)";
 
-/// Which frames are not "the user's": files under these prefixes (torch, the standard
-/// library, memlab_rs by default) and pseudo-files such as `<frozen importlib._bootstrap>`.
+/// In `Locator::exclude`: any CPython standard library (`.../lib/python3.N/` outside
+/// site-packages), so that snapshots from other machines locate the same way.
+pub const STDLIB: &str = "<stdlib>";
+
+fn is_stdlib(filename: &str) -> bool {
+    filename.contains("/lib/python3") && !filename.contains("-packages/")
+}
+
+/// Which frames are not "the user's": files whose path contains one of these parts (torch,
+/// the standard library, memlab_rs by default; `STDLIB` for any standard library) and
+/// pseudo-files such as `<frozen importlib._bootstrap>`.
 #[derive(Clone, Debug, Default)]
 pub struct Locator {
     pub exclude: Vec<String>,
@@ -20,10 +29,10 @@ pub struct Locator {
 impl Locator {
     fn excluded(&self, filename: &str) -> bool {
         filename.starts_with('<')
-            || self
-                .exclude
-                .iter()
-                .any(|p| filename.starts_with(p.as_str()))
+            || self.exclude.iter().any(|part| match part.as_str() {
+                STDLIB => is_stdlib(filename),
+                part => filename.contains(part),
+            })
     }
 
     /// The location of every stack: `path:line (function)` of its innermost frame outside

@@ -225,6 +225,8 @@ impl<'py> Loader<'py> {
 struct Extra<'py> {
     source: Source,
     start_time: Option<i64>,
+    /// The tag our start layout's snapshot entry carries (torch 2.10+), which finds it exactly.
+    start_marker: Option<String>,
     start_segments: Option<Bound<'py, PyAny>>,
     start_live: Option<Bound<'py, PyAny>>,
     dropped: u64,
@@ -235,6 +237,7 @@ fn extra<'py>(py: Python<'py>, snapshot: &Bound<'py, PyDict>) -> PyResult<Extra<
     let mut out = Extra {
         source: Source::Cuda,
         start_time: None,
+        start_marker: None,
         start_segments: None,
         start_live: None,
         dropped: 0,
@@ -259,6 +262,11 @@ fn extra<'py>(py: Python<'py>, snapshot: &Bound<'py, PyDict>) -> PyResult<Extra<
             .map_err(|_| bad("'memlab_rs.start' is not a dict"))?;
         out.start_time = int(start, intern!(py, "time_us"))?.map(|t| t as i64);
         out.start_segments = start.get_item(intern!(py, "segments"))?;
+        if let Some(marker) = start.get_item(intern!(py, "marker"))? {
+            if !marker.is_none() {
+                out.start_marker = Some(marker.str()?.to_cow()?.into_owned());
+            }
+        }
         out.start_live = start.get_item(intern!(py, "live"))?;
     }
     Ok(out)
@@ -319,7 +327,12 @@ pub fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>) -> PyResult<Tr
         (None, Some(live)) => {
             let mut segments = Vec::new();
             for pair in live.try_iter()? {
-                let (address, size): (u64, u64) = pair?.extract()?;
+                let pair: Vec<u64> = pair?
+                    .extract()
+                    .map_err(|_| bad("'memlab_rs.start.live' holds [address, bytes] pairs"))?;
+                let [address, size] = pair[..] else {
+                    return Err(bad("'memlab_rs.start.live' holds [address, bytes] pairs"));
+                };
                 segments.push((0, cpu_segment(address, size)));
             }
             Some(segments)
@@ -336,10 +349,17 @@ pub fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>) -> PyResult<Tr
         let mut start_layout = start.as_ref().map(|all| on(all, device));
         if let (Some(t0), Source::Cuda) = (extra.start_time, extra.source) {
             // Our recording starts at the snapshot entry its start layout left in the history.
-            match events
-                .iter()
-                .position(|e| e.action == Action::Snapshot && e.time_us >= t0)
-            {
+            let marker = extra
+                .start_marker
+                .as_deref()
+                .map(|m| loader.trace.string(m));
+            match events.iter().position(|e| {
+                e.action == Action::Snapshot
+                    && match marker {
+                        Some(tag) => e.tag == tag,
+                        None => e.time_us >= t0,
+                    }
+            }) {
                 Some(marker) => {
                     events.drain(..=marker);
                 }

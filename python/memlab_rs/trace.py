@@ -1,0 +1,470 @@
+"""What was alive at the peak, and who allocated it: allocation history, by line and by module.
+
+On CUDA it reads torch's own allocation history (every alloc and free with its Python stack,
+about 2 us per allocation; no custom allocator), and turns your previous history setting back
+on stop. On CPU it records through memlab_rs's CPU allocator hook, capturing stacks only while
+tracing. Either way the recording is a snapshot in torch's schema, so files from
+``torch.cuda.memory._dump_snapshot`` load and analyse the same way, and ours open in
+pytorch.org/memory_viz.
+
+>>> import torch, memlab_rs.trace as trace
+>>> with trace.Tracer(device="cpu") as tr:
+...     x = torch.empty(1024, 256)        # 1 MiB, alive at the peak
+>>> tr.result.max_mem("cpu") >= 1 << 20
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sysconfig
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU glue)
+from ._torch import device_key
+
+DEFAULT_MAX_ENTRIES = 1_000_000
+
+__all__ = [
+    "PeakRow",
+    "TraceResult",
+    "Tracer",
+    "default_exclude",
+    "load",
+    "report_stats",
+    "start_tracing",
+    "stop_tracing",
+    "switch_allocator",
+]
+
+
+def default_exclude() -> list[str]:
+    """Path parts whose frames are not "the location" of an allocation: torch, the standard
+    library and memlab_rs, here and (by their usual install paths) on other machines.
+
+    >>> any("torch" in p for p in default_exclude())
+    True
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    parts = [
+        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+        here + os.sep,
+        "-packages/torch/",
+        "-packages/memlab_rs/",
+    ]
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            parts.append(os.path.abspath(path) + os.sep)
+    # Another machine's standard library: /.../lib/python3.N/ outside site-packages.
+    parts.append("<stdlib>")
+    return list(dict.fromkeys(parts))
+
+
+@dataclass(frozen=True)
+class PeakRow:
+    """One row of the peak table: the allocations of one location (or module) alive at the
+    peak, their total, running total, median size and count."""
+
+    location: str
+    bytes: int
+    cumulative: int
+    median: int
+    count: int
+
+
+class TraceResult:
+    """A recording and its analysis. Renders as the peak tracer's table (``str``), HTML in
+    Jupyter, CSV, JSON, a data frame, a timeline; saves as a snapshot torch's tools read.
+
+    >>> import torch, memlab_rs.trace as trace
+    >>> with trace.Tracer(device="cpu") as tr:
+    ...     x = torch.empty(256, 1024)
+    >>> tr.result.rows("cpu")[0].bytes >= 1 << 20
+    True
+    """
+
+    def __init__(self, snapshot: dict, exclude: list[str] | None = None):
+        self.snapshot = snapshot
+        self.exclude = list(default_exclude() if exclude is None else exclude)
+        self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+
+    # -- which device ------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """"cuda" or "cpu"."""
+        return self._analysis.source
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices with recorded allocations, e.g. ``["cuda:0"]`` or ``["cpu"]``."""
+        return [self._analysis.device_name(d) for d in self._analysis.devices]
+
+    def _index(self, device: Any) -> int:
+        if device is None:
+            indices = self._analysis.devices
+            if not indices:
+                raise ValueError("the trace recorded no allocations on any device")
+            return indices[0]
+        if self.source == "cpu":
+            if device_key(device) != "cpu":
+                raise ValueError(f"device={device!r}: this trace recorded CPU memory; use 'cpu'")
+            return self._analysis.devices[0] if self._analysis.devices else 0
+        key = device_key(device)
+        if not key.startswith("cuda:"):
+            raise ValueError(f"device={device!r}: this trace recorded CUDA memory; use 'cuda:N'")
+        return int(key[5:])
+
+    # -- numbers -------------------------------------------------------------------------
+    def summary(self, device: Any = None) -> dict[str, int]:
+        """The peak figures: ``max_mem`` (the highest allocated bytes, what
+        ``max_memory_allocated`` reports over the region), ``total_allocated``,
+        ``start_allocated``, ``end_allocated``, ``peak_time_us``, ``events``."""
+        return self._analysis.summary(self._index(device))
+
+    def max_mem(self, device: Any = None) -> int:
+        """The highest allocated bytes over the recording (`Max mem`)."""
+        return self.summary(device)["max_mem"]
+
+    def rows(self, device: Any = None) -> list[PeakRow]:
+        """The allocations alive at the peak by location, biggest first; ``untraced`` is what
+        was allocated before recording began. The rows add up to ``max_mem`` exactly."""
+        return [PeakRow(*row) for row in self._analysis.rows(self._index(device))]
+
+    def module_rows(self, device: Any = None) -> list[PeakRow]:
+        """The same live set by ``phase:module`` tag (forward, backward, optimizer)."""
+        return [PeakRow(*row) for row in self._analysis.module_rows(self._index(device))]
+
+    def notices(self, device: Any = None) -> list[str]:
+        """Why the result may be incomplete (also printed under the table)."""
+        return self._analysis.notices(self._index(device))
+
+    def line_peak_live(self, device: Any = None) -> dict[tuple[str, int], int]:
+        """Bytes alive at the peak per ``(filename, line)``, callees included: what each
+        line allocated that was still alive at the peak."""
+        return self._analysis.line_peak_live(self._index(device))
+
+    def keywords(
+        self,
+        groups: dict[str, list[str]],
+        expected_sum: int | None | str = "driver",
+        device: Any = None,
+        by: str = "module",
+    ) -> list[tuple[str, int]]:
+        """The tagging profiler's keyword groups: each row of the live set at the peak goes
+        to the first group with a keyword in its tag (``by="module"``) or location
+        (``by="location"``); ``Others`` takes the rest; ``Untrackable`` is ``expected_sum``
+        minus what was tracked. ``expected_sum="driver"`` (the default) asks the CUDA driver
+        what is used on the device now: that includes the CUDA context, the allocator's
+        cache, other libraries' memory and other processes; None leaves Untrackable out."""
+        if by not in ("module", "location"):
+            raise ValueError(f"by={by!r}: use 'module' or 'location'")
+        index = self._index(device)
+        expected: int | None
+        if expected_sum == "driver":
+            expected = _driver_used(index) if self.source == "cuda" else None
+        elif expected_sum is None or isinstance(expected_sum, int):
+            expected = expected_sum
+        else:
+            raise TypeError(f"expected_sum={expected_sum!r}: give bytes, None or 'driver'")
+        items = [(name, list(words)) for name, words in groups.items()]
+        return self._analysis.keywords(index, items, expected, by == "module")
+
+    # -- renderings ------------------------------------------------------------------
+    def text(self) -> str:
+        """The peak tracer's report: ``Max mem``, ``Total mem allocated``, then
+        ``Mem, Cumulative Mem, Median, Count, Location`` rows."""
+        return self._analysis.text()
+
+    def module_text(self) -> str:
+        """The same table by module and phase."""
+        return self._analysis.module_text()
+
+    def report_stats(self) -> None:
+        """Print the peak tracer's report."""
+        print(self.text(), end="")
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """The report as JSON (figures, rows by location and module, notices)."""
+        text = self._analysis.json()
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    def to_dict(self) -> dict:
+        return json.loads(self._analysis.json())
+
+    def to_csv(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
+        """The tagging profiler's CSV: ``tag,MiB``, one row per tag alive at the peak."""
+        text = self._analysis.tag_csv(self._index(device))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
+        """The stacks of allocations alive at the peak that carry no module tag."""
+        text = self._analysis.untagged_log(self._index(device))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    def to_dataframe(self, device: Any = None, by: str = "location"):
+        """The rows as a pandas DataFrame (pandas is an optional extra)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError(
+                "to_dataframe() needs pandas: pip install pandas (or memlab_rs[pandas])"
+            ) from None
+        rows = self.rows(device) if by == "location" else self.module_rows(device)
+        key = "location" if by == "location" else "module"
+        return pd.DataFrame(
+            [(r.location, r.bytes, r.cumulative, r.median, r.count) for r in rows],
+            columns=[key, "bytes", "cumulative", "median", "count"],
+        )
+
+    def timeline(self, device: Any = None, top: int = 8, max_points: int = 2000) -> dict:
+        """Allocated bytes over the recording, downsampled to ``max_points`` (each the
+        highest moment of its stretch, so the peak keeps its exact height), with the ``top``
+        locations of the peak stacked: a dict with ``title, time_us, total, layers,
+        peak_index, peak_bytes, notices``."""
+        return self._analysis.timeline(self._index(device), top, max_points)
+
+    def timeline_html(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
+        """The timeline as one self-contained HTML file (no network needed to open it)."""
+        html = _core._trace_timeline_html(self.timeline(device))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(html)
+        return html
+
+    def timeline_png(self, path: str | os.PathLike, device: Any = None) -> None:
+        """The timeline as a PNG (needs matplotlib)."""
+        from ._trace_plots import timeline_png
+
+        timeline_png(self.timeline(device), path)
+
+    def keyword_plot(
+        self,
+        path: str | os.PathLike,
+        groups: dict[str, list[str]],
+        expected_sum: int | None | str = "driver",
+        device: Any = None,
+    ) -> None:
+        """The tagging profiler's two-bar plot of the keyword groups (needs matplotlib)."""
+        from ._trace_plots import keyword_plot_png
+
+        mib = 1 << 20
+        found = self.keywords(groups, expected_sum, device)
+        expected = sum(b for _, b in found)
+        keyword_plot_png([(g, b / mib) for g, b in found], expected / mib, path)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Save the recording as a pickle (protocol 4) that ``load`` and
+        pytorch.org/memory_viz both read."""
+        with open(path, "wb") as f:
+            pickle.dump(self.snapshot, f, protocol=4)
+
+    def export_memory_viz(self, path: str | os.PathLike, format: str = "pickle") -> None:
+        """Write the recording in the form pytorch.org/memory_viz opens (pickle protocol 4
+        or JSON)."""
+        from ._memory_viz_export import export_memory_viz
+
+        export_memory_viz(self.snapshot, path, format=format)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        parts = [f"{d}: max {self.max_mem(d)} bytes" for d in self.devices]
+        return f"<TraceResult {self.source} {', '.join(parts) or 'empty'}>"
+
+    def _repr_html_(self) -> str:
+        return self._analysis.html()
+
+
+def _driver_used(index: int) -> int | None:
+    """Bytes in use on a CUDA device by the driver's count (cudarc; None without a driver)."""
+    if not _core.driver_available():
+        return None
+    free, total = _core.driver_device_memory(index)
+    return total - free
+
+
+def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> TraceResult:
+    """Analyse a snapshot you already have: a pickle from
+    ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), or the dict of
+    ``torch.cuda.memory._snapshot()``. Runs anywhere, GPU or not.
+
+    >>> import memlab_rs.trace as trace
+    >>> trace.load({"segments": [], "device_traces": [[]]}).devices
+    []
+    """
+    if isinstance(source, dict):
+        snapshot = source
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                snapshot = pickle.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no snapshot file at {os.fspath(source)!r}") from None
+        except (pickle.UnpicklingError, EOFError, ValueError) as error:
+            raise ValueError(
+                f"{os.fspath(source)!r} is not a snapshot pickle ({error}); write one with "
+                "torch.cuda.memory._dump_snapshot(path)"
+            ) from None
+    else:
+        raise TypeError(
+            f"load() takes a path or a snapshot dict, got {type(source).__name__}"
+        )
+    return TraceResult(snapshot, exclude)
+
+
+class Tracer:
+    """Record allocations and frees with their stacks over a region, then analyse them.
+
+    ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"``/``N``, or None (CUDA when torch sees a
+    GPU, else CPU). ``max_entries`` bounds the history (a ring buffer: the oldest entries
+    go, and the report says so). ``model``: names modules by their path in it when tagging.
+    ``tag_modules``: tag allocations with the module and phase running them.
+
+    On CUDA the allocator's history is turned on with Python stacks for alloc events (unless
+    you already had it on: then your setting is kept) and turned back off on stop; the
+    allocator statistics are not reset.
+
+    >>> import torch, memlab_rs.trace as trace
+    >>> with trace.Tracer(device="cpu") as tr:
+    ...     a = torch.ones(1024, 1024)
+    ...     b = a * 2
+    >>> tr.result.max_mem("cpu") >= 8 << 20
+    True
+    """
+
+    def __init__(
+        self,
+        device: Any = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        model: torch.nn.Module | None = None,
+        tag_modules: bool = True,
+        exclude: list[str] | None = None,
+    ):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries={max_entries!r}: give a positive int")
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        key = device_key(device)
+        self.cuda = key.startswith("cuda")
+        if self.cuda:
+            from ._torch import cuda_index_exists
+
+            cuda_index_exists(int(key[5:]), f"device={device!r}")
+        self.device = key
+        self.max_entries = max_entries
+        self.model = model
+        self.tag_modules = tag_modules
+        self.exclude = exclude
+        self.result: TraceResult | None = None
+        self._running = False
+        self._we_enabled = False
+        self._start: dict[str, Any] = {}
+        self._tagger: Any = None
+
+    def start(self) -> Tracer:
+        if self._running:
+            raise RuntimeError("this Tracer is already recording; stop() it first")
+        if self.cuda:
+            from . import _cuda_history
+
+            self._we_enabled = not _cuda_history.history_enabled()
+            if self._we_enabled:
+                _cuda_history.enable(self.max_entries)
+            self._start = _cuda_history.start_layout()
+        else:
+            _core._cpu_trace_start(self.max_entries)
+        self._running = True
+        if self.tag_modules:
+            self._start_tagger()
+        return self
+
+    def _start_tagger(self) -> None:
+        try:
+            from ._trace_tags import ModuleTagger
+        except ImportError:
+            return
+        self._tagger = ModuleTagger(self.model)
+        self._tagger.install()
+
+    def stop(self) -> TraceResult:
+        if not self._running:
+            raise RuntimeError("this Tracer is not recording; start() it first")
+        self._running = False
+        if self._tagger is not None:
+            self._tagger.uninstall()
+            self._tagger = None
+        if self.cuda:
+            from . import _cuda_history
+
+            try:
+                snapshot = _cuda_history.snapshot()
+            finally:
+                if self._we_enabled:
+                    _cuda_history.disable()
+            snapshot["memlab_rs"] = {
+                "version": 1,
+                "source": "cuda",
+                "device": self.device,
+                "start": self._start,
+            }
+        else:
+            snapshot = _core._cpu_trace_stop()
+        self.result = TraceResult(snapshot, self.exclude)
+        return self.result
+
+    def __enter__(self) -> Tracer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- the peak tracer's module-level API ---------------------------------------------------
+_global: Tracer | None = None
+_last: TraceResult | None = None
+
+
+def switch_allocator() -> None:
+    """Kept for the peak tracer's users: a no-op. memlab_rs reads torch's own allocation
+    history, so the caching allocator stays in place."""
+
+
+def start_tracing(device: Any = None, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    """Start recording (the peak tracer's name for ``Tracer().start()``)."""
+    global _global
+    if _global is not None:
+        raise RuntimeError("tracing is already on; call stop_tracing() first")
+    _global = Tracer(device=device, max_entries=max_entries).start()
+
+
+def stop_tracing() -> TraceResult:
+    """Stop recording and keep the result for ``report_stats()``."""
+    global _global, _last
+    if _global is None:
+        raise RuntimeError("tracing is not on; call start_tracing() first")
+    tracer, _global = _global, None
+    _last = tracer.stop()
+    return _last
+
+
+def report_stats() -> None:
+    """Print ``Max mem``, ``Total mem allocated`` and the rows of the last traced region."""
+    if _last is None:
+        raise RuntimeError("nothing traced yet: start_tracing(), run, stop_tracing()")
+    _last.report_stats()

@@ -1,0 +1,221 @@
+"""memlab_rs.trace: the analysis of allocation histories, on snapshots captured on an H100
+(tests/fixtures/trace/capture.py) and on generated histories checked against a model."""
+
+import pickle
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from memlab_rs import trace
+
+FIXTURES = Path(__file__).parent / "fixtures" / "trace"
+ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
+
+
+def fixture(name):
+    with open(FIXTURES / f"{name}.pickle", "rb") as f:
+        data = pickle.load(f)
+    return data["snapshot"], data["facts"]
+
+
+def as_recorded(snapshot, facts):
+    """The snapshot with the start layout our Tracer keeps (what it saves)."""
+    ours = dict(snapshot)
+    first = snapshot["device_traces"][0][0]["time_us"]
+    ours["memlab_rs"] = {
+        "version": 1,
+        "source": "cuda",
+        "start": {"time_us": first, "segments": facts["start_segments"]},
+    }
+    return ours
+
+
+@pytest.mark.parametrize("name", ["mlp_adam", "gpt2_tiny"])
+def test_max_mem_equals_max_memory_allocated_and_rows_add_up(name):
+    snapshot, facts = fixture(name)
+    result = trace.load(as_recorded(snapshot, facts))
+    summary = result.summary("cuda:0")
+    assert summary["max_mem"] == facts["peak_allocated"]
+    assert summary["start_allocated"] == facts["start_allocated"]
+    assert summary["end_allocated"] == facts["end_allocated"]
+    rows = result.rows("cuda:0")
+    assert sum(r.bytes for r in rows) == facts["peak_allocated"]
+    assert rows[-1].cumulative == facts["peak_allocated"]
+    assert result.notices("cuda:0") == []
+    untraced = [r for r in rows if r.location == "untraced"]
+    assert untraced[0].bytes == facts["start_allocated"]
+    assert untraced[0].count == facts["start_allocation_count"]
+
+
+def test_a_users_own_dump_without_our_start_layout_says_the_start_is_inferred():
+    snapshot, facts = fixture("gpt2_tiny")
+    result = trace.load(snapshot)
+    assert result.max_mem(0) == facts["peak_allocated"]
+    notices = result.notices(0)
+    assert any("inferred" in n for n in notices)
+    assert any("requested sizes rounded" in n for n in notices)
+    assert "Note: what was allocated before the first entry is inferred" in result.text()
+
+
+def test_the_peak_table_has_the_peak_tracers_layout():
+    snapshot, facts = fixture("mlp_adam")
+    text = trace.load(as_recorded(snapshot, facts)).text()
+    lines = text.splitlines()
+    assert lines[0] == "Max mem: 225.3 MB"
+    assert lines[1].startswith("Total mem allocated: ")
+    assert lines[2] == "Mem, Cumulative Mem, Median, Count, Location"
+    rows = [ROW.match(line) for line in lines[3:]]
+    assert all(rows), lines[3:]
+    locations = [m.group(5) for m in rows]
+    assert "untraced" in locations
+    # The two Linear outputs and the Adam states come from the capture script's own lines.
+    assert any(re.search(r"capture\.py:\d+ \(mlp_step\)$", loc) for loc in locations)
+    assert not any("/torch/" in loc for loc in locations if loc != "(no Python stack)")
+
+
+def test_gpt2_rows_name_transformers_lines_not_torch():
+    snapshot, facts = fixture("gpt2_tiny")
+    rows = trace.load(as_recorded(snapshot, facts)).rows(0)
+    named = [r.location for r in rows]
+    assert any("modeling_gpt2.py" in loc for loc in named)
+    assert not any("/site-packages/torch/" in loc for loc in named)
+
+
+def test_exclude_is_configurable():
+    snapshot, facts = fixture("gpt2_tiny")
+    everything = trace.load(as_recorded(snapshot, facts), exclude=[])
+    assert any("/site-packages/torch/" in r.location for r in everything.rows(0))
+    assert everything.max_mem(0) == facts["peak_allocated"]
+
+
+def test_tags_from_user_metadata_group_the_live_set():
+    snapshot, facts = fixture("mlp_adam")  # captured with _set_memory_metadata("step<i>")
+    result = trace.load(as_recorded(snapshot, facts))
+    tags = {r.location: r.bytes for r in result.module_rows(0)}
+    assert set(tags) <= {"untraced", "step0", "step1", "step2", "(untagged)"}
+    assert sum(tags.values()) == facts["peak_allocated"]
+    csv = result.to_csv().splitlines()
+    assert csv[0] == "tag,MiB"
+    assert {line.split(",")[0] for line in csv[1:]} == set(tags)
+    mib = {line.split(",")[0]: float(line.split(",")[1]) for line in csv[1:]}
+    assert mib["untraced"] == pytest.approx(tags["untraced"] / 2**20, abs=1e-6)
+
+
+def test_keyword_groups_add_others_and_untrackable():
+    snapshot, facts = fixture("mlp_adam")
+    result = trace.load(as_recorded(snapshot, facts))
+    expected = facts["peak_allocated"] + 12345
+    groups = result.keywords({"first": ["step0"], "later": ["step1", "step2"]}, expected)
+    names = [g for g, _ in groups]
+    assert names == ["first", "later", "Others", "Untrackable"]
+    values = dict(groups)
+    assert values["Untrackable"] == 12345
+    assert sum(values.values()) == expected
+
+
+def test_timeline_peak_is_exact_and_layers_add_up():
+    snapshot, facts = fixture("gpt2_tiny")
+    view = trace.load(as_recorded(snapshot, facts)).timeline(0, top=4, max_points=50)
+    assert view["peak_bytes"] == facts["peak_allocated"]
+    assert view["total"][view["peak_index"]] == facts["peak_allocated"]
+    assert len(view["total"]) <= 52
+    for i, total in enumerate(view["total"]):
+        assert sum(layer[1][i] for layer in view["layers"]) == total
+    assert view["layers"][-1][0] == "other"
+
+
+def test_json_round_trips_the_figures():
+    snapshot, facts = fixture("mlp_adam")
+    result = trace.load(as_recorded(snapshot, facts))
+    data = result.to_dict()
+    assert data["source"] == "cuda"
+    (device,) = data["devices"]
+    assert device["device"] == "cuda:0"
+    assert device["max_mem"] == facts["peak_allocated"]
+    assert sum(r["bytes"] for r in device["locations"]) == facts["peak_allocated"]
+
+
+def test_saved_pickle_loads_the_same(tmp_path):
+    snapshot, facts = fixture("mlp_adam")
+    result = trace.load(as_recorded(snapshot, facts))
+    path = tmp_path / "trace.pickle"
+    result.save(path)
+    assert path.read_bytes()[:2] == b"\x80\x04"  # protocol 4, what memory_viz reads
+    again = trace.load(path)
+    assert again.text() == result.text()
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="not a memory snapshot.*device_traces"):
+        trace.load({"segments": []})
+    with pytest.raises(TypeError, match="path or a snapshot dict"):
+        trace.load(42)
+    with pytest.raises(FileNotFoundError, match="no snapshot file"):
+        trace.load("/nonexistent/snap.pickle")
+    snapshot, facts = fixture("mlp_adam")
+    with pytest.raises(ValueError, match="device 3 has no recorded allocations"):
+        trace.load(snapshot).rows(3)
+
+
+# -- a model-based check of the replay on generated CPU histories ---------------------------
+def generated(seed, n=400):
+    """A CPU history of random allocations and frees, and what a plain model says of it."""
+    rng = random.Random(seed)
+    frames = [{"filename": f"/app/model{i}.py", "line": 10 + i, "name": f"f{i}"} for i in range(5)]
+    start_live = {0x1000 * (i + 1): rng.choice([64, 4096, 1 << 20]) for i in range(rng.randint(0, 4))}
+    live = dict(start_live)
+    where = {addr: "untraced" for addr in live}
+    entries, next_addr, t = [], 0x100000, 1_000_000
+    current = sum(live.values())
+    best, best_live = current, dict(live)
+    for _ in range(n):
+        t += rng.randint(1, 5)
+        if live and rng.random() < 0.45:
+            addr = rng.choice(sorted(live))
+            size = live.pop(addr)
+            for action in ("free_requested", "free_completed"):
+                entries.append({"action": action, "addr": addr, "size": size, "stream": 0,
+                                "time_us": t, "frames": [], "user_metadata": ""})
+            current -= size
+        else:
+            size = rng.choice([12, 512, 4099, 65536, 1 << 20, 3 << 20])
+            frame = rng.choice(frames)
+            addr, next_addr = next_addr, next_addr + size + 64
+            live[addr] = size
+            where[addr] = f"{frame['filename']}:{frame['line']} ({frame['name']})"
+            entries.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
+                            "time_us": t, "frames": [frame], "user_metadata": ""})
+            current += size
+            if current > best:
+                best, best_live = current, dict(live)
+    segments = [
+        {"device": 0, "address": a, "total_size": s, "stream": 0, "segment_type": "cpu",
+         "blocks": [{"address": a, "size": s, "requested_size": s, "state": "active_allocated",
+                     "frames": []}]}
+        for a, s in sorted(live.items())
+    ]
+    snapshot = {
+        "segments": segments,
+        "device_traces": [entries],
+        "memlab_rs": {"version": 1, "source": "cpu",
+                      "start": {"time_us": 1_000_000, "live": [[a, s] for a, s in start_live.items()]}},
+    }
+    expected = {}
+    for addr, size in best_live.items():
+        expected.setdefault(where[addr], []).append(size)
+    return snapshot, best, expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_generated_histories_agree_with_a_plain_model(seed):
+    snapshot, best, expected = generated(seed)
+    result = trace.load(snapshot)
+    assert result.source == "cpu"
+    assert result.max_mem("cpu") == best
+    rows = {r.location: (r.bytes, r.count, r.median) for r in result.rows("cpu")}
+    assert rows == {
+        loc: (sum(sizes), len(sizes), sorted(sizes)[len(sizes) // 2])
+        for loc, sizes in expected.items()
+    }
