@@ -24,6 +24,8 @@ from ._columns import catalogue, check_columns
 from ._torch import check_target_gpu, line_profiler_device
 
 DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
+# The bytes a line allocated that were still alive at the peak (from the allocation history).
+PEAK_LIVE = "peak_live"
 
 
 def _code_of(func: Any) -> tuple[types.CodeType, str] | None:
@@ -137,7 +139,13 @@ class LineProfiler:
     '    x = torch.empty(256, 1024)'
     """
 
-    def __init__(self, *functions: Callable[..., Any], target_gpu: Any = 0, device: Any = None):
+    def __init__(
+        self,
+        *functions: Callable[..., Any],
+        target_gpu: Any = 0,
+        device: Any = None,
+        peak_live: bool = False,
+    ):
         self._target_gpu = _gpu_index(target_gpu)
         check_target_gpu(self._target_gpu, target_gpu)
         self._collector = _core.LineCollector(line_profiler_device(device, self._target_gpu))
@@ -145,6 +153,10 @@ class LineProfiler:
         self._names: dict[types.CodeType, str] = {}
         for func in functions:
             self._add_function(func)
+        # peak_live: an allocation history over the same region (memlab_rs.trace).
+        self._peak_live = bool(peak_live)
+        self._tracer: Any = None
+        self.trace_result: Any = None
 
     @property
     def device(self) -> str:
@@ -214,11 +226,19 @@ class LineProfiler:
 
     def enable(self) -> None:
         """Start profiling (does not reset or empty the CUDA allocator)."""
+        if self._peak_live and self._tracer is None:
+            from .trace import Tracer
+
+            self._tracer = Tracer(device=self.device, tag_modules=False).start()
         self._collector.enable()
 
     def disable(self) -> None:
-        """Stop profiling; lines still running keep what they did so far."""
+        """Stop profiling; lines still running keep what they did so far. With
+        ``peak_live=True`` the allocation history of the region is kept in ``trace_result``."""
         self._collector.disable()
+        if self._tracer is not None:
+            tracer, self._tracer = self._tracer, None
+            self.trace_result = tracer.stop()
 
     def clear(self) -> None:
         """Forget every registered function and every recorded line."""
@@ -255,16 +275,37 @@ class LineProfiler:
         codes = self._collector.codes()
         selected = self._select(func, codes)
         sources = [_source_of(codes[i]) for i in selected]
-        return LineRecordsDisplay(
-            self._collector.report(list(self._checked_columns(columns)), selected, sources)
-        )
+        checked = self._checked_columns(columns)
+        extra = None
+        if PEAK_LIVE in checked:
+            extra = {PEAK_LIVE: [self._peak_live_lines(codes[i]) for i in selected]}
+        return LineRecordsDisplay(self._collector.report(list(checked), selected, sources, extra))
+
+    def _peak_live_lines(self, code: types.CodeType) -> dict[int, int]:
+        """{line: bytes} of ``code``'s lines alive at the peak of the traced region."""
+        if self.trace_result is None or not self.trace_result.devices:
+            return {}
+        per_line = self.trace_result.line_peak_live(self.trace_result.devices[0])
+        return {line: n for (file, line), n in per_line.items() if file == code.co_filename}
 
     def _checked_columns(self, columns: Any = None) -> tuple[str, ...]:
         """``columns`` checked against what this profiler's source has (every column it
-        has for None): a TypeError or ValueError that lists the valid ones otherwise."""
+        has for None): a TypeError or ValueError that lists the valid ones otherwise.
+        ``peak_live`` is accepted when the profiler records the allocation history."""
         known = self._collector.column_names()
         if columns is None:
             return tuple(known) or catalogue(self.device)
+        if isinstance(columns, str):
+            columns = (columns,)
+        if isinstance(columns, Iterable) and PEAK_LIVE in list(columns):
+            columns = list(columns)
+            if not self._peak_live:
+                raise ValueError(
+                    "column 'peak_live' needs the allocation history: "
+                    "LineProfiler(..., peak_live=True)"
+                )
+            check_columns([c for c in columns if c != PEAK_LIVE], self.device, known)
+            return tuple(columns)
         return check_columns(columns, self.device, known)
 
     def print_stats(

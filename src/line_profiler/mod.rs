@@ -194,13 +194,18 @@ impl LineCollector {
 
     /// Build a report of the functions at `selected` (indexes into `codes()`), each with
     /// its source as (first line, lines) or None.
+    /// `extra`: columns that come from elsewhere (`peak_live`, from an allocation history),
+    /// each as one {line: value} map per selected function.
+    #[pyo3(signature = (columns, selected, sources, extra=None))]
     fn report(
         &self,
         py: Python<'_>,
         columns: Vec<String>,
         selected: Vec<u32>,
         sources: Vec<report::Source>,
+        extra: Option<report::ExtraColumns>,
     ) -> PyResult<crate::render::line::LineReportView> {
+        let extra = extra.unwrap_or_default();
         with_engine(py, |engine| {
             engine.gather_source_notices(self.id);
             let collector = engine.collector(self.id)?;
@@ -210,7 +215,7 @@ impl LineCollector {
             {
                 return Err(PyValueError::new_err(format!("no profiled function {bad}")));
             }
-            report::build(collector, &columns, &selected, &sources)
+            report::build(collector, &columns, &selected, &sources, &extra)
         })
         .map(crate::render::line::LineReportView::from)
     }

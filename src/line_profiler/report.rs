@@ -2,6 +2,8 @@
 //! its source, for the columns the user asked for, and the notices that say where the
 //! report may be incomplete.
 
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -27,6 +29,10 @@ pub struct FunctionBlock {
 /// The source text of a function: its first line number and its lines (with newlines, as
 /// `inspect.getsourcelines` gives them). None when the source is not available.
 pub type Source = Option<(u32, Vec<String>)>;
+
+/// Columns whose values come from outside the collector: name -> one {line: value} map per
+/// selected function (a line that ran and is not in its map shows 0).
+pub type ExtraColumns = HashMap<String, Vec<HashMap<u32, i64>>>;
 
 /// The selected columns of the selected functions that ran.
 #[derive(Clone, Debug)]
@@ -85,6 +91,7 @@ pub fn build(
     columns: &[String],
     selected: &[u32],
     sources: &[Source],
+    extra: &ExtraColumns,
 ) -> PyResult<LineReport> {
     let ran: Vec<u32> = selected
         .iter()
@@ -100,13 +107,27 @@ pub fn build(
     }
     let device = collector.device.name();
     // No names yet: the CUDA source never saw CUDA initialised, so every value read zero.
-    let indexes = if collector.names.is_empty() {
-        vec![usize::MAX; columns.len()]
+    let own: Vec<String> = columns
+        .iter()
+        .filter(|c| !extra.contains_key(*c))
+        .cloned()
+        .collect();
+    let own_indexes = if collector.names.is_empty() {
+        vec![usize::MAX; own.len()]
     } else {
-        column_indexes(&collector.names, columns, &device)?
+        column_indexes(&collector.names, &own, &device)?
     };
+    // Per report column: Ok(index into the collector's values) or Err(its extra maps).
+    let mut own_iter = own_indexes.into_iter();
+    let indexes: Vec<Result<usize, &Vec<HashMap<u32, i64>>>> = columns
+        .iter()
+        .map(|c| match extra.get(c) {
+            Some(maps) => Err(maps),
+            None => Ok(own_iter.next().unwrap_or(usize::MAX)),
+        })
+        .collect();
     let mut blocks = Vec::new();
-    for (i, source) in selected.iter().zip(sources) {
+    for (position, (i, source)) in selected.iter().zip(sources).enumerate() {
         let code = &collector.codes[*i as usize];
         if code.rows.is_empty() {
             continue;
@@ -115,7 +136,14 @@ pub fn build(
             code.rows.get(&line).map(|row| {
                 let values = indexes
                     .iter()
-                    .map(|&k| row.values.get(k).copied().unwrap_or(0))
+                    .map(|k| match k {
+                        Ok(k) => row.values.get(*k).copied().unwrap_or(0),
+                        Err(maps) => maps
+                            .get(position)
+                            .and_then(|m| m.get(&line))
+                            .copied()
+                            .unwrap_or(0),
+                    })
                     .collect();
                 (values, row.hits)
             })

@@ -1,0 +1,163 @@
+"""memlab_rs.trace on CUDA: Max mem equals torch's max_memory_allocated over the region,
+the rows add up to it, the rows and tags name GPT-2's attention and MLP, and the user's own
+history setting survives."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from memlab_rs import LineProfiler, trace
+
+pytestmark = pytest.mark.cuda
+
+MiB = 1 << 20
+
+
+def history_on() -> bool:
+    return bool(torch._C._cuda_isHistoryEnabled())
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
+    model = transformers.GPT2LMHeadModel(config).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, config.vocab_size, (8, 512), device="cuda")
+
+    def step():
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # optimizer state exists from here on, as in a training loop
+    torch.cuda.synchronize()
+    return model, step
+
+
+def test_gpt2_8x512_max_mem_is_max_memory_allocated_and_rows_add_up(gpt2):
+    model, step = gpt2
+    assert not history_on()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    with trace.Tracer(device="cuda:0", model=model) as tr:
+        step()
+        torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    assert not history_on()  # turned back off, as it was
+    result = tr.result
+    assert result.notices("cuda:0") == []
+    assert result.max_mem("cuda:0") == peak
+    rows = result.rows("cuda:0")
+    assert sum(r.bytes for r in rows) == peak
+    top = " ".join(r.location for r in rows[:8])
+    assert "modeling_gpt2.py" in top or "sdpa_attention.py" in top, result.text()
+    # Module tags name the blocks' attention and MLP.
+    tags = [r.location for r in result.module_rows("cuda:0")]
+    assert any(re.search(r"transformer\.h\.\d+\.attn", t) for t in tags), tags[:20]
+    assert any(re.search(r"transformer\.h\.\d+\.mlp", t) for t in tags), tags[:20]
+    assert any(t.startswith("backward:") for t in tags)
+
+
+def test_a_users_history_setting_is_kept_and_their_history_too():
+    torch.cuda.memory._record_memory_history("all", context="all", stacks="python", max_entries=50000)
+    try:
+        before = torch.empty(MiB, device="cuda")
+        with trace.Tracer(device="cuda") as tr:
+            x = torch.empty(4 * MiB, device="cuda")  # 16 MiB
+        assert history_on()
+        entries = torch.cuda.memory._snapshot()["device_traces"][0]
+        assert any(e["action"] == "alloc" and e["addr"] == before.data_ptr() for e in entries)
+        rows = tr.result.rows(0)
+        mine = [r for r in rows if "test_trace_cuda.py" in r.location]
+        assert mine and mine[0].bytes == 16 * MiB and mine[0].count == 1
+        del x, before
+    finally:
+        torch.cuda.memory._record_memory_history(None)
+    assert not history_on()
+
+
+def test_untraced_is_what_was_allocated_before():
+    keep = torch.empty(3 * MiB, device="cuda")  # 12 MiB, allocated before tracing
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with trace.Tracer(device="cuda") as tr:
+        a = torch.empty(MiB, device="cuda")
+        b = torch.empty(2 * MiB, device="cuda")
+        del a
+        c = torch.empty(512, device="cuda")
+    summary = tr.result.summary(0)
+    assert summary["start_allocated"] == start
+    assert summary["max_mem"] == torch.cuda.max_memory_allocated()
+    rows = {r.location: r for r in tr.result.rows(0)}
+    assert rows["untraced"].bytes == start
+    del keep, b, c
+
+
+def test_ring_buffer_overflow_is_said_in_the_report():
+    with trace.Tracer(device="cuda", max_entries=20) as tr:
+        xs = [torch.empty(1000 + i, device="cuda") for i in range(50)]
+        del xs
+    assert any("ring buffer" in n or "max_entries" in n for n in tr.result.notices(0))
+    assert "Note:" in tr.result.text()
+
+
+def test_start_stop_tracing_report_stats(capsys):
+    trace.switch_allocator()
+    trace.start_tracing()
+    x = torch.empty(MiB, device="cuda")
+    trace.stop_tracing()
+    trace.report_stats()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Max mem: ")
+    assert out[2] == "Mem, Cumulative Mem, Median, Count, Location"
+    assert any("test_trace_cuda.py" in line for line in out[3:])
+    del x
+
+
+def test_snapshot_does_not_import_inductor_and_restores_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, memlab_rs.trace as t\n"
+        "with t.Tracer(device='cuda') as tr:\n"
+        "    x = torch.empty(1024, device='cuda')\n"
+        "print('torch._inductor' in sys.modules, hasattr(torch, '_inductor') and "
+        "type(torch._inductor).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "False"
+
+
+def test_line_profiler_peak_live_column():
+    def work():
+        a = torch.empty(2 * MiB, device="cuda")  # 8 MiB, alive at the peak
+        b = torch.empty(MiB, device="cuda")  # 4 MiB, freed before the peak
+        del b
+        c = torch.empty(3 * MiB, device="cuda")  # 12 MiB, the peak
+        return a, c
+
+    with LineProfiler(work, device="cuda", peak_live=True) as lp:
+        out = work()
+    records = lp.display(columns=["active_bytes.all.peak", "peak_live"]).records()
+    by_code = {r["code"].strip().split("  #")[0]: r["peak_live"] for r in records}
+    assert by_code["a = torch.empty(2 * MiB, device=\"cuda\")"] == 8 * MiB
+    assert by_code["b = torch.empty(MiB, device=\"cuda\")"] == 0
+    assert by_code["c = torch.empty(3 * MiB, device=\"cuda\")"] == 12 * MiB
+    del out
+
+
+def test_saved_trace_loads_the_same_on_another_machine(tmp_path):
+    with trace.Tracer(device="cuda") as tr:
+        x = torch.empty(MiB, device="cuda")
+        y = x * 2
+    path = tmp_path / "t.pickle"
+    tr.result.save(path)
+    assert trace.load(path).text() == tr.result.text()
+    del x, y
