@@ -164,7 +164,9 @@ def generated(seed, n=400):
     """A CPU history of random allocations and frees, and what a plain model says of it."""
     rng = random.Random(seed)
     frames = [{"filename": f"/app/model{i}.py", "line": 10 + i, "name": f"f{i}"} for i in range(5)]
-    start_live = {0x1000 * (i + 1): rng.choice([64, 4096, 1 << 20]) for i in range(rng.randint(0, 4))}
+    start_live = {
+        0x1000 * (i + 1): rng.choice([64, 4096, 1 << 20]) for i in range(rng.randint(0, 4))
+    }
     live = dict(start_live)
     where = {addr: "untraced" for addr in live}
     entries, next_addr, t = [], 0x100000, 1_000_000
@@ -176,8 +178,17 @@ def generated(seed, n=400):
             addr = rng.choice(sorted(live))
             size = live.pop(addr)
             for action in ("free_requested", "free_completed"):
-                entries.append({"action": action, "addr": addr, "size": size, "stream": 0,
-                                "time_us": t, "frames": [], "user_metadata": ""})
+                entries.append(
+                    {
+                        "action": action,
+                        "addr": addr,
+                        "size": size,
+                        "stream": 0,
+                        "time_us": t,
+                        "frames": [],
+                        "user_metadata": "",
+                    }
+                )
             current -= size
         else:
             size = rng.choice([12, 512, 4099, 65536, 1 << 20, 3 << 20])
@@ -185,22 +196,47 @@ def generated(seed, n=400):
             addr, next_addr = next_addr, next_addr + size + 64
             live[addr] = size
             where[addr] = f"{frame['filename']}:{frame['line']} ({frame['name']})"
-            entries.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
-                            "time_us": t, "frames": [frame], "user_metadata": ""})
+            entries.append(
+                {
+                    "action": "alloc",
+                    "addr": addr,
+                    "size": size,
+                    "stream": 0,
+                    "time_us": t,
+                    "frames": [frame],
+                    "user_metadata": "",
+                }
+            )
             current += size
             if current > best:
                 best, best_live = current, dict(live)
     segments = [
-        {"device": 0, "address": a, "total_size": s, "stream": 0, "segment_type": "cpu",
-         "blocks": [{"address": a, "size": s, "requested_size": s, "state": "active_allocated",
-                     "frames": []}]}
+        {
+            "device": 0,
+            "address": a,
+            "total_size": s,
+            "stream": 0,
+            "segment_type": "cpu",
+            "blocks": [
+                {
+                    "address": a,
+                    "size": s,
+                    "requested_size": s,
+                    "state": "active_allocated",
+                    "frames": [],
+                }
+            ],
+        }
         for a, s in sorted(live.items())
     ]
     snapshot = {
         "segments": segments,
         "device_traces": [entries],
-        "memlab_rs": {"version": 1, "source": "cpu",
-                      "start": {"time_us": 1_000_000, "live": [[a, s] for a, s in start_live.items()]}},
+        "memlab_rs": {
+            "version": 1,
+            "source": "cpu",
+            "start": {"time_us": 1_000_000, "live": [[a, s] for a, s in start_live.items()]},
+        },
     }
     expected = {}
     for addr, size in best_live.items():

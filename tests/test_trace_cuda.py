@@ -64,7 +64,9 @@ def test_gpt2_8x512_max_mem_is_max_memory_allocated_and_rows_add_up(gpt2):
 
 
 def test_a_users_history_setting_is_kept_and_their_history_too():
-    torch.cuda.memory._record_memory_history("all", context="all", stacks="python", max_entries=50000)
+    torch.cuda.memory._record_memory_history(
+        "all", context="all", stacks="python", max_entries=50000
+    )
     try:
         before = torch.empty(MiB, device="cuda")
         with trace.Tracer(device="cuda") as tr:
@@ -147,9 +149,9 @@ def test_line_profiler_peak_live_column():
         out = work()
     records = lp.display(columns=["active_bytes.all.peak", "peak_live"]).records()
     by_code = {r["code"].strip().split("  #")[0]: r["peak_live"] for r in records}
-    assert by_code["a = torch.empty(2 * MiB, device=\"cuda\")"] == 8 * MiB
-    assert by_code["b = torch.empty(MiB, device=\"cuda\")"] == 0
-    assert by_code["c = torch.empty(3 * MiB, device=\"cuda\")"] == 12 * MiB
+    assert by_code['a = torch.empty(2 * MiB, device="cuda")'] == 8 * MiB
+    assert by_code['b = torch.empty(MiB, device="cuda")'] == 0
+    assert by_code['c = torch.empty(3 * MiB, device="cuda")'] == 12 * MiB
     del out
 
 

@@ -97,7 +97,7 @@ class TraceResult:
     # -- which device ------------------------------------------------------------------
     @property
     def source(self) -> str:
-        """"cuda" or "cpu"."""
+        """ "cuda" or "cpu"."""
         return self._analysis.source
 
     @property
@@ -322,9 +322,7 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
                 "torch.cuda.memory._dump_snapshot(path)"
             ) from None
     else:
-        raise TypeError(
-            f"load() takes a path or a snapshot dict, got {type(source).__name__}"
-        )
+        raise TypeError(f"load() takes a path or a snapshot dict, got {type(source).__name__}")
     return TraceResult(snapshot, exclude)
 
 
