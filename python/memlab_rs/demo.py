@@ -9,7 +9,7 @@ import argparse
 
 import torch
 
-from . import LineProfiler, MemReporter
+from . import LineProfiler, MemReporter, trace
 from .models import Block, TinyGPT
 
 
@@ -67,6 +67,14 @@ def main(argv: list[str] | None = None) -> None:
     with LineProfiler(train_step, Block.forward, device=device) as profiler:
         train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
     profiler.print_stats(columns=("active_bytes.all.peak", "allocated_bytes.all.allocated"))
+
+    print("\n== trace: what was alive at the peak of one more step, by line and by module ==")
+    with trace.Tracer(device=device, model=model) as tracer:
+        train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
+    result = tracer.result
+    result.report_stats()
+    print()
+    print(result.module_text(), end="")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def default_exclude() -> list[str]:
         os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
         here + os.sep,
         "-packages/torch/",
-        "-packages/memlab_rs/",
+        "/memlab_rs/",
     ]
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
