@@ -6,3 +6,4 @@ pub mod line;
 pub mod line_html;
 pub mod line_text;
 pub mod memlab_text;
+pub mod trace_timeline;
