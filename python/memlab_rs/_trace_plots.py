@@ -165,11 +165,10 @@ def _checked_view(view: Any) -> dict[str, Any]:
 def _downsample(v: dict[str, Any]) -> None:
     """Keep the largest total of each bucket (the peak in its own), as the HTML does."""
     n = len(v["total"])
-    bucket = -(-n // TARGET_POINTS)
     total, peak = v["total"], v["peak_index"]
     keep = []
-    for start in range(0, n, bucket):
-        end = min(start + bucket, n)
+    for k in range(TARGET_POINTS):
+        start, end = k * n // TARGET_POINTS, (k + 1) * n // TARGET_POINTS
         if start <= peak < end:
             keep.append(peak)
         else:
@@ -179,8 +178,8 @@ def _downsample(v: dict[str, Any]) -> None:
     v["total"] = [total[i] for i in keep]
     v["layers"] = [(name, [values[i] for i in keep]) for name, values in v["layers"]]
     v["notices"].append(
-        f"Downsampled from {n} to {len(keep)} samples for drawing (each keeps the largest "
-        f"total of its bucket of {bucket})."
+        f"Downsampled from {n} to {len(keep)} samples for drawing (each is the sample with "
+        f"the largest total among about {n / TARGET_POINTS:.1f} consecutive ones)."
     )
 
 

@@ -69,9 +69,9 @@ padding:6px 10px 6px 28px;margin:0 0 8px 0}\
 .memlab-timeline .notices li{margin:2px 0}\
 .memlab-timeline .body{display:flex;flex-wrap:wrap;gap:8px 16px;align-items:flex-start}\
 .memlab-timeline svg{flex:1 1 640px;min-width:320px;max-width:1100px;height:auto;display:block}\
-.memlab-timeline svg text{fill:#333;font-size:13px}\
-.memlab-timeline svg .axis-title{font-size:14px;fill:#222}\
-.memlab-timeline svg .peak-label{font-size:15px;font-weight:600;fill:#b00020;\
+.memlab-timeline svg text{fill:#333;font-size:14px}\
+.memlab-timeline svg .axis-title{font-size:15px;fill:#222}\
+.memlab-timeline svg .peak-label{font-size:16px;font-weight:600;fill:#b00020;\
 stroke:#fff;stroke-width:4px;paint-order:stroke;stroke-linejoin:round}\
 .memlab-timeline svg .layer:hover{fill-opacity:1;stroke:#222;stroke-width:0.6}\
 .memlab-timeline .legend{flex:0 1 360px;margin:4px 0 0 0;padding:0;list-style:none;font-size:13px}\
@@ -216,18 +216,18 @@ fn prepare(view: &TimelineView) -> Prepared {
 /// peak's bucket), so no maximum disappears and the layers still add up at every sample.
 fn downsample(p: &mut Prepared) {
     let n = p.total.len();
-    let bucket = n.div_ceil(TARGET_POINTS);
-    let mut keep = Vec::with_capacity(n / bucket + 1);
-    for start in (0..n).step_by(bucket) {
-        let end = (start + bucket).min(n);
-        let chosen = match p.peak {
-            Some(peak) if (start..end).contains(&peak) => peak,
-            _ => (start..end)
-                .max_by_key(|&i| (p.total[i], std::cmp::Reverse(i)))
-                .unwrap_or(start),
-        };
-        keep.push(chosen);
-    }
+    // TARGET_POINTS buckets of consecutive samples, their sizes differing by one at most.
+    let keep: Vec<usize> = (0..TARGET_POINTS)
+        .map(|k| {
+            let (start, end) = (k * n / TARGET_POINTS, (k + 1) * n / TARGET_POINTS);
+            match p.peak {
+                Some(peak) if (start..end).contains(&peak) => peak,
+                _ => (start..end)
+                    .max_by_key(|&i| (p.total[i], std::cmp::Reverse(i)))
+                    .unwrap_or(start),
+            }
+        })
+        .collect();
     let pick = |values: &[u64]| keep.iter().map(|&i| values[i]).collect::<Vec<u64>>();
     p.peak = p.peak.and_then(|peak| keep.iter().position(|&i| i == peak));
     p.time_ms = keep.iter().map(|&i| p.time_ms[i]).collect();
@@ -236,9 +236,10 @@ fn downsample(p: &mut Prepared) {
         *values = pick(values);
     }
     p.notices.push(format!(
-        "Downsampled from {n} to {} samples for drawing (each keeps the largest total of its \
-         bucket of {bucket}).",
-        keep.len()
+        "Downsampled from {n} to {} samples for drawing (each is the sample with the largest \
+         total among about {:.1} consecutive ones).",
+        keep.len(),
+        n as f64 / TARGET_POINTS as f64
     ));
 }
 
@@ -513,7 +514,7 @@ fn plot(out: &mut String, p: &Prepared, peak: usize, peak_bytes: u64) {
             "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{BOTTOM}\" y2=\"{}\" stroke=\"#555\"/>\
              <text x=\"{x:.1}\" y=\"{}\">{}</text>",
             BOTTOM + 5.0,
-            BOTTOM + 20.0,
+            BOTTOM + 21.0,
             trim_number(*ms)
         );
     }
@@ -635,14 +636,14 @@ fn data_block(out: &mut String, p: &Prepared, xs: &[f64]) {
 
 fn view_error(key: &str, what: &str, err: impl std::fmt::Display) -> PyErr {
     PyTypeError::new_err(format!(
-        "timeline view[{key:?}] must be {what} ({err}); pass the dict report.timeline(device) returns"
+        "timeline view['{key}'] must be {what} ({err}); pass the dict report.timeline(device) returns"
     ))
 }
 
 fn required<'py>(view: &Bound<'py, PyDict>, key: &str) -> PyResult<Bound<'py, PyAny>> {
     view.get_item(key)?.ok_or_else(|| {
         PyValueError::new_err(format!(
-            "timeline view has no {key:?}; it needs title, time_us, total, layers, peak_index, \
+            "timeline view has no '{key}'; it needs title, time_us, total, layers, peak_index, \
              peak_bytes and notices, as report.timeline(device) returns"
         ))
     })
@@ -847,13 +848,12 @@ mod tests {
         v.layers[0].1[4321] = 5000 * 1024;
         v.peak_bytes = 5000 * 1024;
         let p = prepare(&v);
-        assert!(p.total.len() <= TARGET_POINTS + 1, "{}", p.total.len());
+        assert_eq!(p.total.len(), TARGET_POINTS);
         assert_eq!(p.total[p.peak.unwrap()], 5000 * 1024);
         assert_eq!(p.total, p.layers[0].1);
         // each kept sample is the maximum of its bucket
-        let bucket = n.div_ceil(TARGET_POINTS);
         for (k, kept) in p.total.iter().enumerate() {
-            let chunk = &v.total[k * bucket..((k + 1) * bucket).min(n)];
+            let chunk = &v.total[k * n / TARGET_POINTS..(k + 1) * n / TARGET_POINTS];
             assert_eq!(kept, chunk.iter().max().unwrap());
         }
         assert!(p.notices[0].starts_with("Downsampled from 10001 to"));
