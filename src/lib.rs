@@ -32,6 +32,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<render::line::LineReportView>()?;
     m.add_class::<trace::binding::TraceAnalysis>()?;
+    m.add_function(wrap_pyfunction!(
+        render::trace_timeline::_trace_timeline_html,
+        m
+    )?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;

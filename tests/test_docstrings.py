@@ -6,7 +6,16 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["memlab_rs.reporter", "memlab_rs.models", "memlab_rs._core"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "memlab_rs.reporter",
+        "memlab_rs.models",
+        "memlab_rs._core",
+        "memlab_rs._trace_plots",
+        "memlab_rs._memory_viz_export",
+    ],
+)
 def test_docstring_examples(module):
     mod = importlib.import_module(module)
     finder = doctest.DocTestFinder(exclude_empty=True)

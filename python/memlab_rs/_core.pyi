@@ -51,6 +51,7 @@ __all__ = [
     "_set_cpu_glue",
     "_set_cpu_tracking",
     "_trace_new_thread",
+    "_trace_timeline_html",
     "collect_report",
     "driver_available",
     "driver_device_memory",
@@ -244,6 +245,11 @@ def _monitoring_on_line(code: types.CodeType, line: int) -> None: ...
 def _monitoring_on_leave(code: types.CodeType, _offset: int, _value: object) -> None: ...
 def _monitoring_on_throw(code: types.CodeType, offset: int, _error: object) -> None: ...
 def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None: ...
+
+# render/trace_timeline.rs
+def _trace_timeline_html(view: dict[str, Any]) -> str:
+    """The timeline of a trace as one self-contained HTML page, from a dict with the keys
+    of ``report.timeline(device)``."""
 
 # courtesy.rs
 @final

@@ -9,3 +9,4 @@ pub mod memlab_text;
 pub mod trace_data;
 pub mod trace_html;
 pub mod trace_text;
+pub mod trace_timeline;
