@@ -287,12 +287,16 @@ fn correct_from_end(
             }
         }
     }
+    // Addresses freed somewhere in the history, gathered once: asking the events per
+    // untraced allocation made this O(untraced x events).
+    let freed: std::collections::HashSet<u64> = events
+        .iter()
+        .filter(|e| e.action == Action::FreeRequested)
+        .map(|e| e.addr)
+        .collect();
     for u in &mut sizes.untraced {
         if let Some(&true_size) = end.get(&u.addr) {
-            if !events
-                .iter()
-                .any(|e| e.addr == u.addr && e.action == Action::FreeRequested)
-            {
+            if !freed.contains(&u.addr) {
                 u.bytes = true_size;
             }
         }
