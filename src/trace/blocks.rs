@@ -13,9 +13,9 @@
 //!
 //! CPU recordings need none of this: a CPU allocation's size is its size.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use super::model::{Action, BlockState, DeviceTrace, Event, Source, StackId, Trace};
+use super::model::{Action, BlockState, DeviceTrace, Event, IntMap, Source, StackId, Trace};
 
 const MIN_BLOCK: u64 = 512;
 const SMALL_SIZE: u64 = 1 << 20;
@@ -168,7 +168,8 @@ pub fn block_sizes(trace: &Trace, device: &DeviceTrace) -> Sizes {
     };
     let exact = trace.source == Source::Cpu;
     // Live allocations: address -> bytes.
-    let mut live: HashMap<u64, u64> = HashMap::with_capacity(events.len() / 2 + 16);
+    let mut live: IntMap<u64, u64> =
+        IntMap::with_capacity_and_hasher(events.len() / 2 + 16, Default::default());
     let mut layout = Layout::default();
     let expandable = trace.settings.expandable_segments
         || device.end.iter().any(|s| s.expandable)
@@ -262,9 +263,9 @@ fn correct_from_end(
     device: &DeviceTrace,
     events: &[Event],
     sizes: &mut Sizes,
-    live: &HashMap<u64, u64>,
+    live: &IntMap<u64, u64>,
 ) {
-    let mut end: HashMap<u64, u64> = HashMap::new();
+    let mut end: IntMap<u64, u64> = IntMap::default();
     for segment in &device.end {
         for block in &segment.blocks {
             if block.state == BlockState::Allocated {
@@ -273,7 +274,7 @@ fn correct_from_end(
         }
     }
     // The last allocation at each address still alive at the end.
-    let mut last: HashMap<u64, usize> = HashMap::new();
+    let mut last: IntMap<u64, usize> = IntMap::default();
     for (i, e) in events.iter().enumerate() {
         if e.action == Action::Alloc && live.contains_key(&e.addr) {
             last.insert(e.addr, i);
@@ -306,9 +307,9 @@ fn correct_from_end(
 /// Without a start layout: what was alive before the first event is what the events free
 /// without having allocated it, plus what the end layout holds that no event allocated.
 fn infer_start(device: &DeviceTrace, exact: bool) -> Vec<Untraced> {
-    let mut allocated: HashMap<u64, ()> = HashMap::new();
+    let mut allocated: IntMap<u64, ()> = IntMap::default();
     let mut untraced = Vec::new();
-    let mut seen_free_of_start: HashMap<u64, ()> = HashMap::new();
+    let mut seen_free_of_start: IntMap<u64, ()> = IntMap::default();
     for event in &device.events {
         match event.action {
             Action::Alloc => {

@@ -10,7 +10,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use super::model::{Action, Block, BlockState, DeviceTrace, Event, Segment, Source, Trace, NONE};
+use super::model::{
+    Action, Block, BlockState, DeviceTrace, Event, IntMap, Segment, Source, Trace, NONE,
+};
 
 /// A problem with the dict, named so the user can find it.
 fn bad(what: &str) -> PyErr {
@@ -22,7 +24,10 @@ fn bad(what: &str) -> PyErr {
 
 fn int(item: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<Option<i128>> {
     match item.get_item(key)? {
-        Some(value) if !value.is_none() => Ok(Some(value.extract::<i128>()?)),
+        Some(value) if !value.is_none() => match value.extract::<i64>() {
+            Ok(v) => Ok(Some(v as i128)),
+            Err(_) => Ok(Some(value.extract::<i128>()?)),
+        },
         _ => Ok(None),
     }
 }
@@ -34,8 +39,10 @@ fn u64_of(item: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<u64> 
 struct Loader<'py> {
     py: Python<'py>,
     trace: Trace,
-    /// Frame dict identity -> frame id (the dict is kept alive by the snapshot meanwhile).
-    frames_by_object: HashMap<usize, u32>,
+    /// Frame dict identity -> frame id, frames list identity -> stack id (a free entry
+    /// shares its allocation's list). The snapshot keeps every object alive meanwhile.
+    frames_by_object: IntMap<usize, u32>,
+    stacks_by_list: IntMap<usize, u32>,
     scratch: Vec<u32>,
 }
 
@@ -47,6 +54,10 @@ impl<'py> Loader<'py> {
         let Ok(frames) = frames.cast::<PyList>() else {
             return Ok(NONE);
         };
+        let list_key = frames.as_ptr() as usize;
+        if let Some(&id) = self.stacks_by_list.get(&list_key) {
+            return Ok(id);
+        }
         self.scratch.clear();
         for frame in frames.iter() {
             let key = frame.as_ptr() as usize;
@@ -83,6 +94,7 @@ impl<'py> Loader<'py> {
         let scratch = std::mem::take(&mut self.scratch);
         let id = self.trace.stack(&scratch);
         self.scratch = scratch;
+        self.stacks_by_list.insert(list_key, id);
         Ok(id)
     }
 
@@ -164,8 +176,11 @@ impl<'py> Loader<'py> {
     fn events(&mut self, entries: &Bound<'py, PyAny>) -> PyResult<Vec<Event>> {
         let py = self.py;
         let mut events = Vec::new();
-        let mut actions: HashMap<String, Action> = HashMap::new();
-        let mut tags: HashMap<String, u32> = HashMap::new();
+        // Strings by identity first (pickle and torch share them), by text otherwise. The
+        // entries hold every string for the whole load, so an identity stays unique.
+        let mut actions: IntMap<usize, Action> = IntMap::default();
+        let mut tags: IntMap<usize, u32> = IntMap::default();
+        let mut tag_texts: HashMap<String, u32> = HashMap::new();
         for entry in entries
             .try_iter()
             .map_err(|_| bad("a device trace is not a list"))?
@@ -175,36 +190,34 @@ impl<'py> Loader<'py> {
                 .cast::<PyDict>()
                 .map_err(|_| bad("a trace entry is not a dict"))?;
             let action = match e.get_item(intern!(py, "action"))? {
-                Some(a) => {
-                    let a = a.str()?;
-                    let name = a.to_cow()?;
-                    let name: &str = &name;
-                    match actions.get(name) {
-                        Some(&action) => action,
-                        None => {
-                            let action = Action::parse(name);
-                            actions.insert(name.to_owned(), action);
-                            action
-                        }
+                Some(a) => match actions.get(&(a.as_ptr() as usize)) {
+                    Some(&action) => action,
+                    None => {
+                        let action = Action::parse(&a.str()?.to_cow()?);
+                        actions.insert(a.as_ptr() as usize, action);
+                        action
                     }
-                }
+                },
                 None => return Err(bad("a trace entry has no 'action'")),
             };
             let tag = match e.get_item(intern!(py, "user_metadata"))? {
-                Some(t) if !t.is_none() => {
-                    let t = t.str()?;
-                    let text = t.to_cow()?;
-                    let text: &str = &text;
-                    if text.is_empty() {
-                        NONE
-                    } else if let Some(&id) = tags.get(text) {
-                        id
-                    } else {
-                        let id = self.trace.string(text);
-                        tags.insert(text.to_owned(), id);
+                Some(t) if !t.is_none() => match tags.get(&(t.as_ptr() as usize)) {
+                    Some(&id) => id,
+                    None => {
+                        let text = t.str()?.to_cow()?.into_owned();
+                        let id = if text.is_empty() {
+                            NONE
+                        } else if let Some(&id) = tag_texts.get(&text) {
+                            id
+                        } else {
+                            let id = self.trace.string(&text);
+                            tag_texts.insert(text, id);
+                            id
+                        };
+                        tags.insert(t.as_ptr() as usize, id);
                         id
                     }
-                }
+                },
                 _ => NONE,
             };
             events.push(Event {
@@ -317,7 +330,8 @@ pub fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>) -> PyResult<Tr
     let mut loader = Loader {
         py,
         trace: Trace::new(extra.source),
-        frames_by_object: HashMap::new(),
+        frames_by_object: IntMap::default(),
+        stacks_by_list: IntMap::default(),
         scratch: Vec::new(),
     };
     settings(py, snapshot, &mut loader.trace)?;

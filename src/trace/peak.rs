@@ -1,10 +1,8 @@
 //! The live set at the peak: replay the block sizes and keep the moment allocated bytes were
 //! highest (the first such moment), as `max_memory_allocated` sees it.
 
-use std::collections::HashMap;
-
 use super::blocks::Sizes;
-use super::model::{Action, DeviceTrace, StackId, StrId, NONE};
+use super::model::{Action, DeviceTrace, IntMap, StackId, StrId, NONE};
 
 /// One allocation alive at the peak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +66,8 @@ pub fn peak(device: &DeviceTrace, sizes: &Sizes, totals: &[u64], start_bytes: u6
             out.peak_event = Some(i);
         }
     }
-    let mut live: HashMap<u64, Live> = HashMap::with_capacity(sizes.untraced.len() + 1024);
+    let mut live: IntMap<u64, Live> =
+        IntMap::with_capacity_and_hasher(sizes.untraced.len() + 1024, Default::default());
     for u in &sizes.untraced {
         live.insert(
             u.addr,

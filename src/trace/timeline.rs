@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::blocks::Sizes;
 use super::group::{NO_STACK, UNTRACED};
-use super::model::{Action, DeviceTrace, NONE};
+use super::model::{Action, DeviceTrace, IntMap, NONE};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
@@ -44,7 +44,7 @@ pub fn timeline(
         }
     };
     let mut current = vec![0u64; top.len() + 1];
-    let mut held: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut held: IntMap<u64, (usize, u64)> = IntMap::default();
     for u in &sizes.untraced {
         let l = layer(UNTRACED);
         current[l] += u.bytes;
