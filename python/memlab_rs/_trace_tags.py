@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -168,37 +168,49 @@ class _ThreadState(threading.local):
         self.graph_tasks: list[int] = []  # backward graph tasks seen here, innermost last
         self.optimizer = ""  # "optimizer:<name>" inside a step
         self.last: str | None = None  # the tag last given to the setters on this thread
+        self.node: Any = None  # the autograd node last hooked by this thread, and its hook
+        self.node_hook: _NodeHook | None = None
 
 
-class _GradHook:
-    """A tensor gradient hook: one call's backward starts (``enter``) or ends (``leave``)."""
+class _NodeHook:
+    """A pre-hook on one autograd node, run when the node is about to run in backward: the
+    calls whose outputs it made start their backward (``enter``), the calls whose inputs it
+    made end theirs (one node serves a layer's output and the next layer's input)."""
 
-    __slots__ = ("tagger", "call", "enter")
+    __slots__ = ("tagger", "actions")
 
-    def __init__(self, tagger: ModuleTagger, call: _Call, enter: bool) -> None:
+    def __init__(self, tagger: ModuleTagger) -> None:
         self.tagger = tagger
-        self.call = call
-        self.enter = enter
+        self.actions: list[tuple[_Call, bool]] = []  # (call, enter), in forward order
 
-    def __call__(self, grad: torch.Tensor) -> None:
-        if self.enter:
-            self.tagger._backward_enter(self.call)
-        else:
-            self.tagger._backward_leave(self.call)
+    def __call__(self, grad_outputs: Any) -> None:
+        self.tagger._backward_step(self.actions)
 
 
 def _grad_tensors(value: Any) -> list[torch.Tensor]:
     """The non-leaf tensors in ``value`` that take part in autograd (leaves are skipped: a
     hook on a parameter would outlive the step and pile up, one per call)."""
-    if isinstance(value, torch.Tensor):
+    Tensor = torch.Tensor
+    if isinstance(value, Tensor):
         return [value] if value.requires_grad and not value.is_leaf else []
-    if isinstance(value, tuple) and all(
-        isinstance(v, torch.Tensor) or not isinstance(v, (tuple, list, dict)) for v in value
-    ):
-        items: Iterable[Any] = value  # the common case, without the pytree walk
-    else:
-        items = tree_flatten(value)[0]
-    return [v for v in items if isinstance(v, torch.Tensor) and v.requires_grad and not v.is_leaf]
+    if type(value) is tuple:  # a call's args: walk one level, the common case
+        found = []
+        for item in value:
+            if isinstance(item, Tensor):
+                if item.requires_grad and not item.is_leaf:
+                    found.append(item)
+            elif isinstance(item, (tuple, list, dict)):
+                break
+        else:
+            return found
+    items = tree_flatten(value)[0]
+    return [v for v in items if isinstance(v, Tensor) and v.requires_grad and not v.is_leaf]
+
+
+def _handle_alive(handle: Any) -> bool:
+    """Whether a hook handle's hooks still exist (they go with their autograd node)."""
+    ref = getattr(handle, "hooks_dict_ref", None)
+    return ref is None or ref() is not None
 
 
 def _forward_hook_always_call() -> bool:
@@ -433,7 +445,7 @@ class ModuleTagger:
         if torch.is_grad_enabled():
             inputs = _grad_tensors(args)
             if inputs:
-                self._hook_grads(inputs, call, enter=False)
+                self._hook_grads(state, inputs, call, enter=False)
 
     def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._active or _is_compiling():
@@ -453,18 +465,35 @@ class ModuleTagger:
         if output is not None and torch.is_grad_enabled():
             outputs = _grad_tensors(output)
             if outputs:
-                self._hook_grads(outputs, call, enter=True)
+                self._hook_grads(state, outputs, call, enter=True)
+        if not calls:  # the outermost call returned: hold no autograd node
+            state.node = state.node_hook = None
 
-    def _hook_grads(self, tensors: list[torch.Tensor], call: _Call, enter: bool) -> None:
-        hook = _GradHook(self, call, enter)
-        handles = self._grad_handles
+    def _hook_grads(
+        self, state: _ThreadState, tensors: list[torch.Tensor], call: _Call, enter: bool
+    ) -> None:
+        """Add ``call`` entering (outputs) or leaving (inputs) to the pre-hooks of the nodes
+        that made ``tensors``. A node pre-hook rather than a tensor hook: it costs a third,
+        and the node of the last call's output is usually the next call's input node."""
+        hooks: list[_NodeHook] = []
         for tensor in tensors:
-            handles.append(tensor.register_hook(hook))
+            node = tensor.grad_fn
+            if node is state.node:
+                hook = state.node_hook
+            else:
+                hook = _NodeHook(self)
+                handles = self._grad_handles
+                handles.append(node.register_prehook(hook))
+                if len(handles) >= self._prune_at:  # drop handles whose graph is gone
+                    handles[:] = [h for h in handles if _handle_alive(h)]
+                    self._prune_at = max(1024, 2 * len(handles))
+                state.node = node  # held only until this thread's outermost call returns
+                state.node_hook = hook
+            if hook not in hooks:
+                hooks.append(hook)
+                hook.actions.append((call, enter))
         if not enter:
-            call.inputs = len(tensors)
-        if len(handles) >= self._prune_at:
-            handles[:] = [h for h in handles if h.hooks_dict_ref() is not None]
-            self._prune_at = max(1024, 2 * len(handles))
+            call.inputs = len(hooks)
 
     # -- backward --------------------------------------------------------------------------
 
@@ -488,7 +517,8 @@ class ModuleTagger:
             else:
                 tasks.append(task_id)
 
-    def _backward_enter(self, call: _Call) -> None:
+    def _backward_step(self, actions: list[tuple[_Call, bool]]) -> None:
+        """Calls enter or leave their backward (a node pre-hook ran on this thread)."""
         if not self._active:
             return
         task_id = _graph_task_id()
@@ -496,40 +526,39 @@ class ModuleTagger:
             return
         task = self._task(task_id)
         with self._tasks_lock:
-            if call in task.started:
-                return
-            task.started.add(call)
-            active = task.active
-            # Calls inside this one whose outputs are this one's get their gradient at the
-            # same moment and were hooked first: keep them above it.
-            index = len(active)
-            while index > 0 and active[index - 1].inside(call):
-                index -= 1
-            active.insert(index, call)
+            for call, enter in actions:
+                if enter:
+                    self._enter(task, call)
+                else:
+                    self._leave(task, call)
         state = self._state
         self._seen_here(state, task_id)
         self._emit(state, self._tag_for(state, task_id))
 
-    def _backward_leave(self, call: _Call) -> None:
-        if not self._active:
+    @staticmethod
+    def _enter(task: _GraphTask, call: _Call) -> None:
+        if call in task.started:  # a call with several output nodes starts once
             return
-        task_id = _graph_task_id()
-        if task_id == -1:
+        task.started.add(call)
+        active = task.active
+        # Calls inside this one whose output is this one's output were hooked first on
+        # the same node: keep them above it, they are the innermost.
+        index = len(active)
+        while index > 0 and active[index - 1].inside(call):
+            index -= 1
+        active.insert(index, call)
+
+    @staticmethod
+    def _leave(task: _GraphTask, call: _Call) -> None:
+        waiting = task.pending.get(call, call.inputs)
+        if waiting > 1:  # it ends when the nodes of all its inputs have run
+            task.pending[call] = waiting - 1
             return
-        task = self._task(task_id)
-        with self._tasks_lock:
-            waiting = task.pending.get(call, call.inputs)
-            if waiting > 1:
-                task.pending[call] = waiting - 1
-                return
-            task.pending.pop(call, None)
-            try:
-                task.active.remove(call)
-            except ValueError:
-                pass
-        state = self._state
-        self._seen_here(state, task_id)
-        self._emit(state, self._tag_for(state, task_id))
+        task.pending.pop(call, None)
+        try:
+            task.active.remove(call)
+        except ValueError:
+            pass  # it never started (its outputs got no gradient)
 
     def _backward_done(self, task_id: int) -> None:
         with self._tasks_lock:

@@ -1,0 +1,102 @@
+"""What module and phase tagging costs: module calls per second of a 12-layer MLP's forward
+and backward, without tags, with memlab_rs's ModuleTagger, and with torch's own
+``torch.utils.module_tracker.ModuleTracker`` (the same hooks, tagging nothing), side by side.
+
+The MLP is small (width 32, batch 8) so that the per-call cost shows, not the matmuls.
+Run on CPU by default; ``--device cuda`` runs the model on the GPU (tags then also go to
+``torch.cuda.memory._set_memory_metadata``, with the history recording on).
+
+    python bench/trace_tag_cost.py [--device cuda] [--width 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+
+import torch
+
+from memlab_rs._trace_tags import ModuleTagger, cpu_tag_setter, cuda_tag_setter
+
+LAYERS = 12
+
+
+def mlp(width: int) -> torch.nn.Module:
+    layers: list[torch.nn.Module] = []
+    for _ in range(LAYERS):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+def module_calls(model: torch.nn.Module) -> int:
+    return sum(1 for _ in model.modules())  # each module is called once per forward
+
+
+def step_time(model, x, steps: int, repeats: int, sync) -> float:
+    """Median seconds per forward+backward over ``repeats`` runs of ``steps`` steps."""
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            model(x).sum().backward()
+        sync()
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    model = mlp(args.width).to(device)
+    x = torch.randn(args.batch, args.width, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    history: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if device.type == "cuda":
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        history = contextlib.ExitStack()
+        history.callback(torch.cuda.memory._record_memory_history, enabled=None)
+    calls = module_calls(model)
+    step_time(model, x, 20, 1, sync)  # warm-up
+
+    from torch.utils.module_tracker import ModuleTracker
+
+    setters = [s for s in (cuda_tag_setter(), cpu_tag_setter()) if s is not None]
+    variants = [
+        ("no tags", contextlib.nullcontext),
+        ("ModuleTagger(model)", lambda: ModuleTagger(model)),
+        ("ModuleTagger() (class paths)", lambda: ModuleTagger()),
+        ("torch ModuleTracker (no tags)", ModuleTracker),
+    ]
+    print(
+        f"{LAYERS}-layer MLP, width {args.width}, batch {args.batch}, {device}: {calls} module "
+        f"calls per forward; tags go to {len(setters)} recorder(s) "
+        f"({', '.join(getattr(s, '__name__', str(s)) for s in setters) or 'none'})"
+    )
+    print(f"torch {torch.__version__}")
+    print(f"{'':32} {'step (us)':>10} {'calls/s':>10} {'+us/call':>9} {'ratio':>6}")
+    base = None
+    with history:
+        for name, make in variants:
+            with make():
+                seconds = step_time(model, x, args.steps, args.repeats, sync)
+            if base is None:
+                base = seconds
+            extra = (seconds - base) / calls * 1e6
+            print(
+                f"{name:32} {seconds * 1e6:10.1f} {calls / seconds:10.0f} {extra:9.2f} "
+                f"{seconds / base:6.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
