@@ -478,9 +478,10 @@ class ModuleTagger:
         hooks: list[_NodeHook] = []
         for tensor in tensors:
             node = tensor.grad_fn
-            if node is state.node:
-                hook = state.node_hook
-            else:
+            if node is None:
+                continue
+            hook = state.node_hook
+            if node is not state.node or hook is None:
                 hook = _NodeHook(self)
                 handles = self._grad_handles
                 handles.append(node.register_prehook(hook))
