@@ -6,7 +6,11 @@ The MLP is small (width 32, batch 8) so that the per-call cost shows, not the ma
 Run on CPU by default; ``--device cuda`` runs the model on the GPU (tags then also go to
 ``torch.cuda.memory._set_memory_metadata``, with the history recording on).
 
-    python bench/trace_tag_cost.py [--device cuda] [--width 32]
+    python bench/trace_tag_cost.py [--device cuda] [--width 32] [--gpt2]
+
+``--gpt2`` (CUDA, needs transformers) adds GPT-2 training steps (random weights, AdamW) at
+batch 1x64 (CPU-bound: every per-call cost shows) and 8x512, with the CUDA history on,
+without and with the tagger.
 """
 
 from __future__ import annotations
@@ -48,13 +52,17 @@ def step_time(model, x, steps: int, repeats: int, sync) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="module and phase tagging cost")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--gpt2", action="store_true")
     args = parser.parse_args()
+    if args.gpt2:
+        gpt2_steps()
+        return
 
     device = torch.device(args.device)
     model = mlp(args.width).to(device)
@@ -96,6 +104,43 @@ def main() -> None:
                 f"{name:32} {seconds * 1e6:10.1f} {calls / seconds:10.0f} {extra:9.2f} "
                 f"{seconds / base:6.2f}"
             )
+
+
+def gpt2_steps(steps: int = 30) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step(ids):
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    print(f"GPT-2 (12 layers), AdamW, CUDA history on; {sum(1 for _ in model.modules())} modules")
+    print(f"{'':22} {'no tags (ms)':>13} {'tagger (ms)':>12} {'ratio':>6}")
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    try:
+        for batch, seq in ((1, 64), (8, 512)):
+            ids = torch.randint(0, 50257, (batch, seq), device="cuda")
+            times = {}
+            # Alternate off/on a few times so that drift hits both alike.
+            for _ in range(3):
+                for name, make in (("off", contextlib.nullcontext), ("on", ModuleTagger)):
+                    with make(*(() if name == "off" else (model,))):
+                        for _ in range(5):
+                            step(ids)
+                        torch.cuda.synchronize()
+                        start = time.perf_counter()
+                        for _ in range(steps):
+                            step(ids)
+                        torch.cuda.synchronize()
+                    times.setdefault(name, []).append((time.perf_counter() - start) / steps)
+            off, on = min(times["off"]), min(times["on"])
+            print(f"batch {batch}x{seq:<14} {off * 1e3:13.2f} {on * 1e3:12.2f} {on / off:6.3f}")
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
 
 
 if __name__ == "__main__":

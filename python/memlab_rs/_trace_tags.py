@@ -120,26 +120,19 @@ def set_tag(tag: str) -> None:
 
 
 class _Call:
-    """One module call: its path, its two tags, and the call it ran inside."""
+    """One module call: its names (path, forward tag, backward tag), the tag it runs under,
+    and the call it ran inside."""
 
-    __slots__ = ("module_id", "path", "forward_tag", "backward_tag", "tag", "parent", "inputs")
+    __slots__ = ("module_id", "names", "tag", "parent", "inputs")
 
     def __init__(
-        self,
-        module_id: int,
-        path: str,
-        forward_tag: str,
-        backward_tag: str,
-        in_backward: bool,
-        parent: _Call | None,
+        self, module_id: int, names: tuple[str, str, str], tag: str, parent: _Call | None
     ) -> None:
         self.module_id = module_id
-        self.path = path
-        self.forward_tag = forward_tag
-        self.backward_tag = backward_tag
-        self.tag = backward_tag if in_backward else forward_tag
+        self.names = names
+        self.tag = tag
         self.parent = parent
-        self.inputs = 0  # gradient hooks on its inputs: its backward ends when all have run
+        self.inputs = 0  # nodes of its inputs hooked: its backward ends when all have run
 
     def inside(self, other: _Call) -> bool:
         """Whether this call ran (directly or not) inside ``other``."""
@@ -181,7 +174,7 @@ class _NodeHook:
 
     def __init__(self, tagger: ModuleTagger) -> None:
         self.tagger = tagger
-        self.actions: list[tuple[_Call, bool]] = []  # (call, enter), in forward order
+        self.actions: list[Any] = []  # call, enter, call, enter, ... in forward order
 
     def __call__(self, grad_outputs: Any) -> None:
         self.tagger._backward_step(self.actions)
@@ -262,7 +255,7 @@ class ModuleTagger:
         self._grad_handles: list[Any] = []  # the tensor gradient hooks, pruned when dead
         self._prune_at = 1024
         self._active = False
-        self._names: dict[int, tuple[weakref.ref[torch.nn.Module], str, str, str]] = {}
+        self._names: dict[int, tuple[weakref.ref[torch.nn.Module], tuple[str, str, str]]] = {}
         self._class_paths: dict[tuple[str, type], tuple[str, str, str]] = {}
         self._tasks: dict[int, _GraphTask] = {}
         self._tasks_lock = threading.Lock()
@@ -324,9 +317,7 @@ class ModuleTagger:
             for name, module in self._model.named_modules():  # skips repeats: first name wins
                 self._names[id(module)] = (
                     weakref.ref(module),
-                    name,
-                    f"forward:{name}",
-                    f"backward:{name}",
+                    (name, f"forward:{name}", f"backward:{name}"),
                 )
         self._class_paths = {}
         self._tasks = {}
@@ -385,6 +376,7 @@ class ModuleTagger:
     # -- the tag ---------------------------------------------------------------------------
 
     def _emit(self, state: _ThreadState, tag: str) -> None:
+        """Give this thread's tag to the setters if it changed (hot callers check first)."""
         if tag == state.last:
             return
         state.last = tag
@@ -404,18 +396,17 @@ class ModuleTagger:
         if task_id != -1:
             task = self._tasks.get(task_id)
             if task is not None and task.active:
-                return task.active[-1].backward_tag
+                return task.active[-1].names[2]
             return "backward:"
         return state.optimizer
 
-    def _names_for(self, module: torch.nn.Module, parent: _Call | None) -> tuple[str, str, str]:
-        known = self._names.get(id(module))
-        if known is not None and known[0]() is module:
-            return known[1], known[2], known[3]
-        if self._model is not None:  # outside the model: its class name
+    def _other_names(self, module: torch.nn.Module, parent: _Call | None) -> tuple[str, str, str]:
+        """The names of a module not in the model (its class), or of any module when no
+        model was given (the class names of the calls it ran inside)."""
+        if self._model is not None:
             path = type(module).__name__
             return path, f"forward:{path}", f"backward:{path}"
-        parent_path = parent.path if parent is not None else ""
+        parent_path = parent.names[0] if parent is not None else ""
         key = (parent_path, type(module))
         names = self._class_paths.get(key)
         if names is None:
@@ -430,42 +421,57 @@ class ModuleTagger:
         if not self._active or _is_compiling():
             return
         state = self._state
+        calls = state.calls
         task_id = _graph_task_id()
-        if state.calls:
-            parent: _Call | None = state.calls[-1]
+        if calls:
+            parent: _Call | None = calls[-1]
         elif task_id != -1:  # recomputation in backward: inside the module being backwarded
             task = self._tasks.get(task_id)
             parent = task.active[-1] if task is not None and task.active else None
         else:
             parent = None
-        path, forward_tag, backward_tag = self._names_for(module, parent)
-        call = _Call(id(module), path, forward_tag, backward_tag, task_id != -1, parent)
-        state.calls.append(call)
-        self._emit(state, call.tag)
-        if torch.is_grad_enabled():
+        known = self._names.get(id(module))
+        if known is not None and known[0]() is module:
+            names = known[1]
+        else:
+            names = self._other_names(module, parent)
+        tag = names[1] if task_id == -1 else names[2]
+        call = _Call(id(module), names, tag, parent)
+        calls.append(call)
+        if tag != state.last:
+            self._emit(state, tag)
+        if args and torch.is_grad_enabled():
             inputs = _grad_tensors(args)
             if inputs:
-                self._hook_grads(state, inputs, call, enter=False)
+                self._hook_grads(state, inputs, call, False)
 
     def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._active or _is_compiling():
             return
         state = self._state
         calls = state.calls
+        if not calls:
+            return
         module_id = id(module)
-        for index in range(len(calls) - 1, -1, -1):
-            if calls[index].module_id == module_id:
-                call = calls[index]
-                # Calls above it were left by an exception without their post hook.
-                del calls[index:]
-                break
+        call = calls[-1]
+        if call.module_id == module_id:
+            calls.pop()
         else:
-            return  # its pre hook never ran (another pre hook raised first)
-        self._emit(state, self._tag_for(state, _graph_task_id()))
+            for index in range(len(calls) - 2, -1, -1):
+                if calls[index].module_id == module_id:
+                    call = calls[index]
+                    # Calls above it were left by an exception without their post hook.
+                    del calls[index:]
+                    break
+            else:
+                return  # its pre hook never ran (another pre hook raised first)
+        tag = calls[-1].tag if calls else self._tag_for(state, _graph_task_id())
+        if tag != state.last:
+            self._emit(state, tag)
         if output is not None and torch.is_grad_enabled():
             outputs = _grad_tensors(output)
             if outputs:
-                self._hook_grads(state, outputs, call, enter=True)
+                self._hook_grads(state, outputs, call, True)
         if not calls:  # the outermost call returned: hold no autograd node
             state.node = state.node_hook = None
 
@@ -492,7 +498,9 @@ class ModuleTagger:
                 state.node_hook = hook
             if hook not in hooks:
                 hooks.append(hook)
-                hook.actions.append((call, enter))
+                actions = hook.actions
+                actions.append(call)
+                actions.append(enter)
         if not enter:
             call.inputs = len(hooks)
 
@@ -518,7 +526,7 @@ class ModuleTagger:
             else:
                 tasks.append(task_id)
 
-    def _backward_step(self, actions: list[tuple[_Call, bool]]) -> None:
+    def _backward_step(self, actions: list[Any]) -> None:
         """Calls enter or leave their backward (a node pre-hook ran on this thread)."""
         if not self._active:
             return
@@ -527,14 +535,17 @@ class ModuleTagger:
             return
         task = self._task(task_id)
         with self._tasks_lock:
-            for call, enter in actions:
-                if enter:
+            for index in range(0, len(actions), 2):
+                call = actions[index]
+                if actions[index + 1]:
                     self._enter(task, call)
                 else:
                     self._leave(task, call)
         state = self._state
         self._seen_here(state, task_id)
-        self._emit(state, self._tag_for(state, task_id))
+        tag = self._tag_for(state, task_id)
+        if tag != state.last:
+            self._emit(state, tag)
 
     @staticmethod
     def _enter(task: _GraphTask, call: _Call) -> None:
