@@ -82,6 +82,7 @@ def main() -> None:
     variants = [
         ("no tags", contextlib.nullcontext),
         ("ModuleTagger(model)", lambda: ModuleTagger(model)),
+        ("ModuleTagger(model, backward=False)", lambda: ModuleTagger(model, backward=False)),
         ("ModuleTagger() (class paths)", lambda: ModuleTagger()),
         ("torch ModuleTracker (no tags)", ModuleTracker),
     ]
@@ -91,7 +92,7 @@ def main() -> None:
         f"({', '.join(getattr(s, '__name__', str(s)) for s in setters) or 'none'})"
     )
     print(f"torch {torch.__version__}")
-    print(f"{'':32} {'step (us)':>10} {'calls/s':>10} {'+us/call':>9} {'ratio':>6}")
+    print(f"{'':36} {'step (us)':>10} {'calls/s':>10} {'+us/call':>9} {'ratio':>6}")
     base = None
     with history:
         for name, make in variants:
@@ -101,12 +102,12 @@ def main() -> None:
                 base = seconds
             extra = (seconds - base) / calls * 1e6
             print(
-                f"{name:32} {seconds * 1e6:10.1f} {calls / seconds:10.0f} {extra:9.2f} "
+                f"{name:36} {seconds * 1e6:10.1f} {calls / seconds:10.0f} {extra:9.2f} "
                 f"{seconds / base:6.2f}"
             )
 
 
-def gpt2_steps(steps: int = 30) -> None:
+def gpt2_steps(steps: int = 15, rounds: int = 6) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -118,27 +119,37 @@ def gpt2_steps(steps: int = 30) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    variants = [
+        ("no tags", contextlib.nullcontext),
+        ("ModuleTagger(model)", lambda: ModuleTagger(model)),
+        ("backward=False", lambda: ModuleTagger(model, backward=False)),
+    ]
     print(f"GPT-2 (12 layers), AdamW, CUDA history on; {sum(1 for _ in model.modules())} modules")
-    print(f"{'':22} {'no tags (ms)':>13} {'tagger (ms)':>12} {'ratio':>6}")
+    print(f"median step over {steps} steps, best of {rounds} interleaved rounds")
+    print(f"{'':12}" + "".join(f"{name:>22}" for name, _ in variants))
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     try:
         for batch, seq in ((1, 64), (8, 512)):
             ids = torch.randint(0, 50257, (batch, seq), device="cuda")
-            times = {}
-            # Alternate off/on a few times so that drift hits both alike.
-            for _ in range(3):
-                for name, make in (("off", contextlib.nullcontext), ("on", ModuleTagger)):
-                    with make(*(() if name == "off" else (model,))):
-                        for _ in range(5):
+            best = {name: float("inf") for name, _ in variants}
+            for _ in range(rounds):  # interleaved, so that drift hits every variant alike
+                for name, make in variants:
+                    with make():
+                        for _ in range(3):
                             step(ids)
-                        torch.cuda.synchronize()
-                        start = time.perf_counter()
+                        times = []
                         for _ in range(steps):
+                            torch.cuda.synchronize()
+                            start = time.perf_counter()
                             step(ids)
-                        torch.cuda.synchronize()
-                    times.setdefault(name, []).append((time.perf_counter() - start) / steps)
-            off, on = min(times["off"]), min(times["on"])
-            print(f"batch {batch}x{seq:<14} {off * 1e3:13.2f} {on * 1e3:12.2f} {on / off:6.3f}")
+                            torch.cuda.synchronize()
+                            times.append(time.perf_counter() - start)
+                    best[name] = min(best[name], statistics.median(times))
+            base = best["no tags"]
+            cells = "".join(
+                f"{best[name] * 1e3:13.2f} ms {best[name] / base:5.3f}" for name, _ in variants
+            )
+            print(f"{batch}x{seq:<10}{cells}")
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
 

@@ -208,6 +208,27 @@ def test_shared_module_takes_its_first_name_and_outside_modules_their_class():
         assert tags == ["backward:Tanh", "backward:0", "backward:1", "backward:0", ""]
 
 
+def test_backward_false_tags_forward_only_and_hooks_no_graph():
+    model = nested()
+    tags = []
+    with ModuleTagger(model, setters=[tags.append], backward=False) as tagger:
+        loss = model(torch.randn(2, 4, requires_grad=True)).sum()
+        assert tags == NESTED_FORWARD
+        assert tagger._grad_handles == []
+        del tags[:]
+        loss.backward()
+        assert tags == []
+    model = Checkpointed(reentrant=False)
+    with ModuleTagger(model, setters=[tags.append], backward=False):
+        loss = model(torch.randn(2, 4)).sum()
+        del tags[:]
+        loss.backward()
+    # The recomputation still runs module forwards, in backward; the end of the backward
+    # puts the tag back.
+    assert tags == ["backward:blk", "backward:blk.a", "backward:blk", "backward:blk.b",
+                    "backward:blk", "backward:", "", ""]
+
+
 def test_optimizer_step_is_tagged_with_its_class():
     model = nested()
     tags = []
@@ -416,6 +437,8 @@ def test_bad_arguments_are_named():
         ModuleTagger(model="gpt2")
     with pytest.raises(TypeError, match="each setter must be callable"):
         ModuleTagger(setters=["not callable"])
+    with pytest.raises(TypeError, match="backward must be True or False"):
+        ModuleTagger(backward="no")
     with pytest.raises(TypeError, match="tag must be a str"):
         set_tag(3)
 

@@ -222,6 +222,10 @@ class ModuleTagger:
     names of the calls it ran inside (``"GPT2LMHeadModel.GPT2Model.GPT2Block"``).
     ``setters``: more callables that receive every tag change, after torch's and the CPU
     recording's (each call is made on the thread whose tag changes).
+    ``backward=False``: tag forward and optimizer steps only, without the gradient hooks
+    (they are most of the cost: one autograd node pre-hook per module call). Backward
+    allocations then carry no module (recomputation by activation checkpointing is still
+    tagged ``backward:<module>``).
 
     Use ``install()`` / ``uninstall()``, or ``with ModuleTagger(model):``.
 
@@ -235,7 +239,10 @@ class ModuleTagger:
     """
 
     def __init__(
-        self, model: torch.nn.Module | None = None, setters: Sequence[Setter] | None = None
+        self,
+        model: torch.nn.Module | None = None,
+        setters: Sequence[Setter] | None = None,
+        backward: bool = True,
     ) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(
@@ -249,8 +256,13 @@ class ModuleTagger:
                     f"ModuleTagger(setters): each setter must be callable with the tag (str), "
                     f"got {setter!r}"
                 )
+        if not isinstance(backward, bool):
+            raise TypeError(
+                f"ModuleTagger(backward): backward must be True or False, got {backward!r}"
+            )
         self._model = model
         self._extra = extra
+        self._backward = backward
         self._handles: list[Any] = []  # the global hooks
         self._grad_handles: list[Any] = []  # the tensor gradient hooks, pruned when dead
         self._prune_at = 1024
@@ -426,8 +438,9 @@ class ModuleTagger:
         if calls:
             parent: _Call | None = calls[-1]
         elif task_id != -1:  # recomputation in backward: inside the module being backwarded
-            task = self._tasks.get(task_id)
-            parent = task.active[-1] if task is not None and task.active else None
+            task = self._task(task_id)  # its end puts this thread's tag back
+            self._seen_here(state, task_id)
+            parent = task.active[-1] if task.active else None
         else:
             parent = None
         known = self._names.get(id(module))
@@ -440,7 +453,7 @@ class ModuleTagger:
         calls.append(call)
         if tag != state.last:
             self._emit(state, tag)
-        if args and torch.is_grad_enabled():
+        if args and self._backward and torch.is_grad_enabled():
             inputs = _grad_tensors(args)
             if inputs:
                 self._hook_grads(state, inputs, call, False)
@@ -468,7 +481,7 @@ class ModuleTagger:
         tag = calls[-1].tag if calls else self._tag_for(state, _graph_task_id())
         if tag != state.last:
             self._emit(state, tag)
-        if output is not None and torch.is_grad_enabled():
+        if output is not None and self._backward and torch.is_grad_enabled():
             outputs = _grad_tensors(output)
             if outputs:
                 self._hook_grads(state, outputs, call, True)
