@@ -7,6 +7,7 @@ recorders (torch's CUDA history, the CPU recording) get goes to that callable to
 from __future__ import annotations
 
 import collections
+import doctest
 import gc
 import threading
 import weakref
@@ -17,6 +18,7 @@ from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 from torch.utils.checkpoint import checkpoint
 
+import memlab_rs._trace_tags
 from memlab_rs._trace_tags import ModuleTagger, set_tag
 
 
@@ -225,8 +227,16 @@ def test_backward_false_tags_forward_only_and_hooks_no_graph():
         loss.backward()
     # The recomputation still runs module forwards, in backward; the end of the backward
     # puts the tag back.
-    assert tags == ["backward:blk", "backward:blk.a", "backward:blk", "backward:blk.b",
-                    "backward:blk", "backward:", "", ""]
+    assert tags == [
+        "backward:blk",
+        "backward:blk.a",
+        "backward:blk",
+        "backward:blk.b",
+        "backward:blk",
+        "backward:",
+        "",
+        "",
+    ]
 
 
 def test_optimizer_step_is_tagged_with_its_class():
@@ -505,3 +515,13 @@ def test_graph_hook_handles_stay_bounded_over_many_steps():
         for _ in range(2000):
             model(x).sum().backward()
         assert len(tagger._grad_handles) < 2048
+
+
+def test_docstring_examples():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = finder.find(memlab_rs._trace_tags)
+    assert len([t for t in tests if t.examples]) >= 4
+    for test in tests:
+        runner.run(test)
+    assert runner.failures == 0

@@ -6,12 +6,16 @@ the recorders: ``torch.cuda.memory._set_memory_metadata`` (CUDA history, torch 2
 ``memlab_rs._core._cpu_trace_set_tag`` (the CPU recording). Both are per thread, so a tag
 is always set on the thread that runs the hook.
 
-- forward: global module forward pre/post hooks keep a per-thread stack of module calls.
-- backward: as ``torch.utils.module_tracker.ModuleTracker`` does it, the forward hooks
-  register gradient hooks on a call's outputs (its backward starts when their gradient is
-  ready) and on its inputs (its backward is over when theirs is). No module backward hooks:
-  those rewrite the autograd graph and cost memory. A forward run during backward
-  (activation checkpointing's recomputation) is tagged ``backward``.
+- forward: global module forward pre/post hooks keep a per-thread stack of module calls
+  (``always_call`` post hooks, so an exception leaves no stale call).
+- backward: as ``torch.utils.module_tracker.ModuleTracker`` does it, the forward hooks mark
+  a call's outputs (its backward starts when the autograd node that made them runs) and its
+  inputs (its backward is over when the nodes that made them run). The marks are pre-hooks
+  on those nodes, shared by adjacent calls (a layer's output node is the next layer's input
+  node) and holding no node, so the graph is freed as soon as it is dropped. No module
+  backward hooks: those rewrite the autograd graph and cost memory. A forward run during
+  backward (activation checkpointing's recomputation) is tagged ``backward``. The end of a
+  backward clears the tag of the thread that finishes it (on one GPU, its device thread).
 - optimizer: global optimizer step pre/post hooks tag ``"optimizer:<class name>"``.
 
 Outside any module the tag is ``"<phase>:"`` where the phase is known (inside a backward,
@@ -28,11 +32,18 @@ What is not covered (the tag is approximate there):
   never sees its backward end; it stays active until the whole backward is over (newer
   modules are above it, so it shows only where nothing newer is active).
 - ``backward(inputs=...)`` or ``autograd.grad`` that stop before a module's inputs: the same.
+- A leaf tensor (a parameter a module returns or takes as is) gets no mark: a hook on it
+  would outlive the step.
 - Code compiled by ``torch.compile`` carries the tag of the module that called it.
 - On torch < 2.2 (no ``always_call`` forward hooks) an exception that leaves the outermost
   module leaves that thread's forward stack stale until the next outermost call returns.
 - An exception inside ``optimizer.step()`` leaves that thread tagged ``optimizer:`` until
   the next step ends or the tagger is uninstalled.
+- ``uninstall()`` clears the tag of the thread that calls it; a thread inside a module call
+  at that moment keeps its last tag until something sets another.
+
+Cost: one node pre-hook per module call (registered in forward, called in backward) is most
+of it; ``backward=False`` leaves it out (bench/trace_tag_cost.py, bench/results/).
 """
 
 from __future__ import annotations
