@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import doctest
 import gc
+import itertools
 import threading
 import weakref
 
@@ -19,6 +20,7 @@ from torch.optim import optimizer as optimizer_hooks
 from torch.utils.checkpoint import checkpoint
 
 import memlab_rs._trace_tags
+from memlab_rs import _core
 from memlab_rs._trace_tags import ModuleTagger, set_tag
 
 
@@ -525,3 +527,41 @@ def test_docstring_examples():
     for test in tests:
         runner.run(test)
     assert runner.failures == 0
+
+
+@pytest.mark.skipif(
+    not hasattr(_core, "_cpu_trace_set_tag"),
+    reason="this build's core has no CPU recording (_core._cpu_trace_*, issue 11's CPU tracer)",
+)
+def test_the_cpu_recording_gets_each_allocations_tag():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64),
+        torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()),
+        torch.nn.Linear(64, 1),
+    )
+    adam = torch.optim.Adam(model.parameters())
+    x = torch.randn(32, 64)
+    _core._cpu_trace_start(100_000)
+    try:
+        with ModuleTagger(model):
+            loss = (model(x) ** 2).sum()
+            loss.backward()
+            adam.step()
+        after = torch.empty(1000)  # noqa: F841 (uninstalled: untagged)
+    finally:
+        trace = _core._cpu_trace_stop()
+    tags = [e["user_metadata"] for e in trace["device_traces"][0] if e["action"] == "alloc"]
+    assert [tag for tag, _ in itertools.groupby(tags)] == [
+        "forward:0",
+        "forward:1.0",
+        "forward:1.1",
+        "forward:2",
+        "",  # the loss and its gradient, outside the model
+        "backward:2",
+        "backward:1.1",
+        "backward:1.0",
+        "backward:0",
+        "optimizer:Adam",
+        "",
+    ]
