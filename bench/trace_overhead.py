@@ -5,8 +5,9 @@ off, side by side in one run, with torch's own allocation history alone as a ref
    1x64, ResNet-50 64x3x224x224 SGD with momentum. Variants:
      none                      nothing recording
      torch history alone       _record_memory_history("all", context="alloc", stacks="python")
-     Tracer tag_modules=False  memlab_rs.trace.Tracer(device="cuda", model=model, ...)
-     Tracer tag_modules=True   the same with module and phase tags (the default)
+     Tracer tag_modules=False  memlab_rs.trace.Tracer(device="cuda", model=model) (the default)
+     Tracer tag_modules='forward'  with forward and optimizer tags (module hooks)
+     Tracer tag_modules=True   with forward, backward and optimizer tags
    Targets for the Tracer rows: <= 1.03x on GPT-2 8x512 and ResNet-50, <= 1.15x on GPT-2 1x64
    (torch's history alone measured about 1.11x there).
    Each round starts a FRESH Tracer (or turns torch's history on), runs --steps training steps
@@ -185,6 +186,9 @@ def gpu_workload(name: str, rounds: int, steps: int) -> None:
         "torch history alone": torch_history,
         "Tracer tag_modules=False": tracer(
             stops, "Tracer tag_modules=False", device="cuda", model=model, tag_modules=False),
+        "Tracer tag_modules='forward'": tracer(
+            stops, "Tracer tag_modules='forward'", device="cuda", model=model,
+            tag_modules="forward"),
         "Tracer tag_modules=True": tracer(
             stops, "Tracer tag_modules=True", device="cuda", model=model, tag_modules=True),
     }

@@ -44,7 +44,7 @@ def test_gpt2_8x512_max_mem_is_max_memory_allocated_and_rows_add_up(gpt2):
     assert not history_on()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    with trace.Tracer(device="cuda:0", model=model) as tr:
+    with trace.Tracer(device="cuda:0", model=model, tag_modules=True) as tr:
         step()
         torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     profiler.print_stats(columns=("active_bytes.all.peak", "allocated_bytes.all.allocated"))
 
     print("\n== trace: what was alive at the peak of one more step, by line and by module ==")
-    with trace.Tracer(device=device, model=model) as tracer:
+    with trace.Tracer(device=device, model=model, tag_modules=True) as tracer:
         train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
     result = tracer.result
     result.report_stats()

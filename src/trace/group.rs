@@ -70,6 +70,55 @@ impl Locator {
     }
 }
 
+impl Locator {
+    /// A `phase:module` tag for every stack, read from its frames, for allocations that
+    /// carry no recorded tag. The phase: `backward` under `Tensor.backward` or
+    /// `autograd.backward`/`grad`, `optimizer` inside `torch/optim/`, `forward` inside a
+    /// module call; the module: the innermost user frame named `forward`, shown as
+    /// `[file:line (forward)]` (frames name no module path). "" when nothing says.
+    pub fn frame_tags(&self, trace: &Trace) -> Vec<String> {
+        trace
+            .stacks
+            .iter()
+            .map(|frames| {
+                let mut phase = "";
+                let mut module: Option<String> = None;
+                for &f in frames {
+                    let frame = trace.frames[f as usize];
+                    let file = trace.text(frame.filename);
+                    let name = trace.text(frame.name);
+                    if module.is_none() && name == "forward" && !self.excluded(file) {
+                        let base = file.rsplit('/').next().unwrap_or(file);
+                        module = Some(format!("[{base}:{} (forward)]", frame.line));
+                    }
+                    let here = if (name == "backward" || name == "grad")
+                        && (file.ends_with("torch/_tensor.py")
+                            || file.ends_with("torch/autograd/__init__.py"))
+                    {
+                        "backward"
+                    } else if file.contains("torch/optim/") {
+                        "optimizer"
+                    } else if name == "_call_impl" && file.ends_with("torch/nn/modules/module.py") {
+                        "forward"
+                    } else {
+                        ""
+                    };
+                    // The outermost phase wins: a module called by an optimizer's closure
+                    // is still the optimizer step's.
+                    if !here.is_empty() {
+                        phase = here;
+                    }
+                }
+                match (phase, module) {
+                    ("", None) => String::new(),
+                    (phase, Some(m)) => format!("{phase}:{m}"),
+                    (phase, None) => format!("{phase}:"),
+                }
+            })
+            .collect()
+    }
+}
+
 /// One row of the peak table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
@@ -127,15 +176,23 @@ pub fn by_location(live: &[Live], locations: &[String]) -> Vec<Row> {
 }
 
 /// The live set by tag (`phase:module path`).
-pub fn by_tag(trace: &Trace, live: &[Live]) -> Vec<Row> {
+/// Untagged allocations take the tag their frames give (`frame_tags`), if any.
+pub fn by_tag(trace: &Trace, live: &[Live], frame_tags: &[String]) -> Vec<Row> {
     let mut groups: HashMap<String, Vec<u64>> = HashMap::new();
     for l in live {
+        let from_frames = if l.stack == NONE {
+            ""
+        } else {
+            frame_tags[l.stack as usize].as_str()
+        };
         let key = if l.untraced {
             UNTRACED
-        } else if l.tag == NONE {
-            UNTAGGED
-        } else {
+        } else if l.tag != NONE {
             trace.text(l.tag)
+        } else if !from_frames.is_empty() {
+            from_frames
+        } else {
+            UNTAGGED
         };
         groups.entry(key.to_owned()).or_default().push(l.bytes);
     }

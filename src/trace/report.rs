@@ -64,13 +64,14 @@ impl Report {
 
 pub fn analyse(trace: Trace, locator: &Locator) -> Report {
     let locations = locator.locations(&trace);
+    let frame_tags = locator.frame_tags(&trace);
     let mut devices = Vec::new();
     for device in &trace.devices {
         let sizes = block_sizes(&trace, device);
         let (start, totals) = running_total(device, &sizes);
         let peak = peak(device, &sizes, &totals, start);
         let rows = by_location(&peak.live, &locations);
-        let tags = by_tag(&trace, &peak.live);
+        let tags = by_tag(&trace, &peak.live, &frame_tags);
         let mut notices = Vec::new();
         if sizes.inferred_start && trace.source == Source::Cuda {
             notices.push(
