@@ -55,6 +55,12 @@
 //! - fork: the table's lock is held across `fork()` (pthread_atfork), so the child never
 //!   inherits it locked; the forking thread's own allocations in that window pass through.
 //!
+//! # The CPU trace
+//! While a CPU trace runs (`trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same two
+//! functions also append every allocation and free of a tracked address to a ring buffer
+//! (`record`), each allocation with the Python stack that made it (`pystack`), read before
+//! the table's lock is taken. With no trace running, that costs the hook one relaxed load.
+//!
 //! # The fallback
 //! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
 //! source of `memlab_rs._cpu_dispatch` feeds the same counters. It sees operator outputs on

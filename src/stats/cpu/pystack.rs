@@ -188,7 +188,7 @@ pub fn capture() -> Result<Stack, NoStack> {
         }
     };
     let mut stack = Stack {
-        frames: Vec::new(),
+        frames: Vec::with_capacity(64), // one allocation for most stacks
         acquired,
     };
     // SAFETY: the GIL is held from here on.

@@ -42,9 +42,9 @@ pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// What an entry records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
+    Alloc = 0,
+    FreeRequested = 1,
+    FreeCompleted = 2,
 }
 
 impl Action {
@@ -179,26 +179,41 @@ impl Recorder {
         }
     }
 
-    fn push(&mut self, action: Action, addr: usize, size: i64, stack: u32, time_us: i64) {
+    fn push(&mut self, event: Event) {
         if self.events.len() >= self.max_entries {
             self.events.pop_front();
             self.dropped += 1;
         }
-        self.events.push_back(Event {
+        self.events.push_back(event);
+    }
+
+    /// An allocation made by the stack `stack`, under this thread's tag.
+    fn push_alloc(&mut self, addr: usize, size: i64, stack: u32) {
+        let (time_us, tag) = (self.clock.now(), current_tag());
+        let action = Action::Alloc;
+        self.push(Event {
             action,
             addr,
             size,
             time_us,
             stack,
-            tag: current_tag(),
+            tag,
         });
     }
 
     /// A free: two entries, as torch's allocator writes (requested, then completed).
     fn push_free(&mut self, addr: usize, size: i64) {
-        let time_us = self.clock.now();
-        self.push(Action::FreeRequested, addr, size, 0, time_us);
-        self.push(Action::FreeCompleted, addr, size, 0, time_us);
+        let (time_us, tag) = (self.clock.now(), current_tag());
+        for action in [Action::FreeRequested, Action::FreeCompleted] {
+            self.push(Event {
+                action,
+                addr,
+                size,
+                time_us,
+                stack: 0,
+                tag,
+            });
+        }
     }
 
     /// The id of a captured stack, interning it (and its frames) the first time.
@@ -313,8 +328,7 @@ pub fn allocated(table: &mut Table, address: usize, nbytes: i64, stack: &Result<
         // Freed by a path the hook did not see: the trace says so before the new one.
         recorder.push_free(address, stale.nbytes);
     }
-    let time_us = recorder.clock.now();
-    recorder.push(Action::Alloc, address, nbytes, id, time_us);
+    recorder.push_alloc(address, nbytes, id);
 }
 
 /// An allocation left the table (freed through the hook, or an adopted storage died).
@@ -434,7 +448,7 @@ mod tests {
     fn the_ring_buffer_keeps_the_newest_and_counts_the_rest() {
         let mut recorder = Recorder::new(10, Vec::new());
         for i in 0..30 {
-            recorder.push(Action::Alloc, i, 1, 0, i as i64);
+            recorder.push_alloc(i, 1, 0);
         }
         assert_eq!(recorder.events.len(), 10);
         assert_eq!(recorder.dropped, 20);
