@@ -346,6 +346,35 @@ def test_threads_allocating_while_tracing_give_a_consistent_trace():
         assert alloc_at(trace, t.data_ptr())["size"] == 4096 * 3
 
 
+def test_traces_started_and_stopped_while_threads_allocate_are_each_consistent():
+    # An allocation in flight when a trace starts is either alive in start.live or an
+    # entry of the trace, never neither: the hook looks at the trace again under the
+    # table's lock, which the start holds while it reads start.live.
+    stop = threading.Event()
+
+    def churn_fast(nbytes):
+        while not stop.is_set():
+            t = torch.empty(nbytes, dtype=torch.uint8)
+            del t
+
+    threads = [threading.Thread(target=churn_fast, args=(4096 + 8 * i,)) for i in range(2)]
+    assert _core._cpu_start() == "allocator"  # the hook stays: starts are quick, and many
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(5000):
+            _core._cpu_trace_start(1_000_000)
+            trace = _core._cpu_trace_stop()
+            assert trace["memlab_rs"]["dropped"] == 0
+            assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        _core._cpu_stop()
+    assert_nothing_installed()
+
+
 # --- tags --------------------------------------------------------------------------------------
 
 

@@ -59,7 +59,8 @@
 //! While a CPU trace runs (`trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same two
 //! functions also append every allocation and free of a tracked address to a ring buffer
 //! (`record`), each allocation with the Python stack that made it (`pystack`), read before
-//! the table's lock is taken. With no trace running, that costs the hook one relaxed load.
+//! the table's lock is taken. With no trace running, that costs the hook a relaxed load
+//! (two for an allocation: one more under the lock).
 //!
 //! # The fallback
 //! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
@@ -204,16 +205,17 @@ unsafe extern "C" fn memalign_hook(out: *mut *mut c_void, align: usize, size: us
     if rc == 0 && counting() {
         // SAFETY: on success posix_memalign stored the new address at `out`.
         let address = *out as usize;
-        if record::ACTIVE.load(Relaxed) {
-            // Read before any lock: reading it may run finalisers that free or allocate.
-            let stack = pystack::capture();
-            if let Some(table) = table::lock().as_mut() {
-                record::allocated(table, address, size as i64, &stack);
-            }
-            drop(stack); // after the lock: it releases code objects, and the GIL if taken
-        } else if let Some(table) = table::lock().as_mut() {
-            table.allocated(address, size as i64);
+        // Read before any lock: reading it may run finalisers that free or allocate.
+        let stack = if record::ACTIVE.load(Relaxed) {
+            pystack::capture()
+        } else {
+            Err(pystack::NoStack::NotTracing)
+        };
+        if let Some(table) = table::lock().as_mut() {
+            // Looks at ACTIVE again, under the lock: a trace started since is told.
+            record::allocated(table, address, size as i64, &stack);
         }
+        drop(stack); // after the lock: it releases code objects, and the GIL if taken
     }
     rc
 }

@@ -107,6 +107,9 @@ thread_local! {
 /// Why an allocation has no stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoStack {
+    /// No trace was running when the allocation began (not read; one may have started
+    /// since).
+    NotTracing,
     /// The interpreter is not initialised, or is finalising.
     NoInterpreter,
     /// This thread has no Python thread state (a torch worker, a C++ thread).

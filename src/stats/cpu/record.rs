@@ -4,10 +4,12 @@
 //! turns it into a snapshot in torch's schema.
 //!
 //! # Cost
-//! With no trace running, the hook pays one relaxed load of `ACTIVE`. While one runs, an
-//! allocation reads its stack (with no lock held), then, under the table's lock, takes the
-//! recorder's lock once: the stack is interned (one hash of its (code, line) pairs; frames
-//! and stacks are stored once each, entries hold a stack id) and the entry appended.
+//! With no trace running, the hook pays a relaxed load of `ACTIVE` (an allocation two: one
+//! more under the table's lock, so that a trace started meanwhile is told). While one
+//! runs, an allocation reads its stack (with no lock held), then, under the table's lock,
+//! takes the recorder's lock once: the stack is interned (one hash of its (code, offset)
+//! pairs; frames and stacks are stored once each, entries hold a stack id) and the entry
+//! appended.
 //!
 //! # Locks
 //! The recorder's lock is a leaf taken only while the table's lock is held, and never held
@@ -304,8 +306,9 @@ pub fn tag_names() -> Vec<String> {
 
 // --- the hook's side ---------------------------------------------------------------------
 
-/// An allocation the hook saw while `ACTIVE` was set when it looked (the table's lock is
-/// held now: `ACTIVE` is read again under it). `stack` was read before any lock was taken.
+/// An allocation the hook saw, with the table's lock held: recorded in the trace if one
+/// runs (`ACTIVE`, read under that lock, agrees with the recorder). `stack` was read before
+/// the lock was taken, if a trace was running then.
 pub fn allocated(table: &mut Table, address: usize, nbytes: i64, stack: &Result<Stack, NoStack>) {
     if !ACTIVE.load(Relaxed) {
         table.allocated(address, nbytes);
@@ -483,6 +486,47 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
+    }
+
+    /// The hook read `ACTIVE` (off), a trace started, then the hook took the table's
+    /// lock: the allocation is the trace's, without a stack (it is not in `start.live`).
+    /// A free of a tracked address is recorded; one of an unknown address is not.
+    #[test]
+    fn an_allocation_begun_before_a_start_is_recorded_by_it() {
+        let mut table = super::super::table::lock();
+        super::super::table::reset(&mut table);
+        table.as_mut().unwrap().adopt(64, 10);
+        drop(table);
+        start(100).unwrap();
+        assert!(active());
+        {
+            let mut table = super::super::table::lock();
+            let table = table.as_mut().unwrap();
+            allocated(table, 4096, 100, &Err(NoStack::NotTracing));
+            let gone = table.freed(64).unwrap();
+            freed(64, gone);
+            assert_eq!(table.freed(128), None);
+        }
+        let (recorder, live) = stop().unwrap();
+        assert!(!active());
+        assert_eq!(recorder.start_live, [(64, 10)]);
+        let entries: Vec<(Action, usize, i64)> = recorder
+            .events
+            .iter()
+            .map(|e| (e.action, e.addr, e.size))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                (Action::Alloc, 4096, 100),
+                (Action::FreeRequested, 64, 10),
+                (Action::FreeCompleted, 64, 10)
+            ]
+        );
+        assert_eq!(recorder.no_stack, 1);
+        assert_eq!(live, [(4096, 100, 0)]);
+        assert!(stop().is_none());
+        *super::super::table::lock() = None;
     }
 
     #[test]
