@@ -28,6 +28,7 @@ leaves out most of the time other processes hold the core. ``--wall`` uses wall 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -111,11 +112,12 @@ def main() -> None:
         q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
         return statistics.median(values), (q3 - q1) / 2
 
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"CPU trace cost per tensor op: python {platform.python_version()}, torch "
-        f"{torch.__version__}, {platform.machine()}, {args.ops} ops of a + b (16 floats) "
-        f"per sample, {args.rounds} rounds, clock "
-        f"{'wall' if args.wall else 'thread CPU'}"
+        f"{torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, load average "
+        f"{load}; {args.ops} ops of a + b (16 floats) per sample, {args.rounds} rounds, "
+        f"clock {'wall' if args.wall else 'thread CPU'}"
     )
     print(
         f"each op: 1 allocation + 1 free; trace entries per sample: {entries} "
