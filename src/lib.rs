@@ -52,6 +52,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu::_cpu_start, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_stop, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_start, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_set_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_active, m)?)?;
+    cpu::trace::register_fork_handler(m.py())?;
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
     m.add_function(wrap_pyfunction!(

@@ -31,6 +31,10 @@ __all__ = [
     "_cpu_start",
     "_cpu_stats",
     "_cpu_stop",
+    "_cpu_trace_active",
+    "_cpu_trace_set_tag",
+    "_cpu_trace_start",
+    "_cpu_trace_stop",
     "_cpu_table_has",
     "_cuda_direct_checks",
     "_cuda_direct_notice",
@@ -218,6 +222,21 @@ def _cpu_start() -> str:
 def _cpu_stop() -> None: ...
 def _cpu_stats() -> list[tuple[str, int]]:
     """The CPU counters in ``torch.cuda.memory_stats()`` names."""
+
+def _cpu_trace_start(max_entries: int) -> None:
+    """Start recording CPU allocations and frees with their Python stacks (a ring buffer of
+    ``max_entries`` entries); RuntimeError if one runs already or the allocator hook is not
+    usable here."""
+
+def _cpu_trace_stop() -> dict[str, Any]:
+    """Stop the CPU trace: a snapshot dict in ``torch.cuda.memory._snapshot()``'s schema
+    plus a ``"memlab_rs"`` key; RuntimeError if none runs."""
+
+def _cpu_trace_set_tag(tag: str) -> None:
+    """This thread's tag (``user_metadata``) for its CPU entries from now on; "" clears."""
+
+def _cpu_trace_active() -> bool:
+    """Whether a CPU trace is running."""
 
 def _run_inside_engine(callback: Callable[[], Any]) -> None:
     """Run ``callback`` with the line profiler's engine held (for tests)."""

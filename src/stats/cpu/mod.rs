@@ -55,6 +55,13 @@
 //! - fork: the table's lock is held across `fork()` (pthread_atfork), so the child never
 //!   inherits it locked; the forking thread's own allocations in that window pass through.
 //!
+//! # The CPU trace
+//! While a CPU trace runs (`trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same two
+//! functions also append every allocation and free of a tracked address to a ring buffer
+//! (`record`), each allocation with the Python stack that made it (`pystack`), read before
+//! the table's lock is taken. With no trace running, that costs the hook a relaxed load
+//! (two for an allocation: one more under the lock).
+//!
 //! # The fallback
 //! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
 //! source of `memlab_rs._cpu_dispatch` feeds the same counters. It sees operator outputs on
@@ -63,7 +70,10 @@
 //! made with it says so.
 
 pub mod got;
+pub mod pystack;
+pub mod record;
 pub mod table;
+pub mod trace;
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -195,9 +205,17 @@ unsafe extern "C" fn memalign_hook(out: *mut *mut c_void, align: usize, size: us
     if rc == 0 && counting() {
         // SAFETY: on success posix_memalign stored the new address at `out`.
         let address = *out as usize;
+        // Read before any lock: reading it may run finalisers that free or allocate.
+        let stack = if record::ACTIVE.load(Relaxed) {
+            pystack::capture()
+        } else {
+            Err(pystack::NoStack::NotTracing)
+        };
         if let Some(table) = table::lock().as_mut() {
-            table.allocated(address, size as i64);
+            // Looks at ACTIVE again, under the lock: a trace started since is told.
+            record::allocated(table, address, size as i64, &stack);
         }
+        drop(stack); // after the lock: it releases code objects, and the GIL if taken
     }
     rc
 }
@@ -207,7 +225,9 @@ unsafe extern "C" fn memalign_hook(out: *mut *mut c_void, align: usize, size: us
 unsafe extern "C" fn free_hook(pointer: *mut c_void) {
     if !pointer.is_null() && counting() {
         if let Some(table) = table::lock().as_mut() {
-            table.freed(pointer as usize);
+            if let Some(gone) = table.freed(pointer as usize) {
+                record::freed(pointer as usize, gone);
+            }
         }
     }
     let real = REAL_FREE.load(Acquire);
@@ -278,9 +298,23 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
 
 /// Stop counting for one reader; the last one takes the hook out.
 pub fn stop(py: Python<'_>) {
-    let Ok(mut life) = lifecycle(py) else {
+    let Ok(life) = lifecycle(py) else {
         return; // called from inside a start: that start has not counted this user yet
     };
+    release(life);
+}
+
+/// `stop` in a forked child, which must never wait: a lifecycle lock held at the fork
+/// belongs to a thread the child does not have (then this user is never released there).
+pub fn stop_in_forked_child(_py: Python<'_>) {
+    match LIFECYCLE.try_lock() {
+        Ok(guard) => release(LifecycleGuard(guard)),
+        Err(TryLockError::Poisoned(poisoned)) => release(LifecycleGuard(poisoned.into_inner())),
+        Err(TryLockError::WouldBlock) => {}
+    }
+}
+
+fn release(mut life: LifecycleGuard) {
     life.0.users = life.0.users.saturating_sub(1);
     if life.0.users > 0 {
         return;
@@ -468,7 +502,14 @@ pub fn displaced() -> bool {
 /// An adopted storage's Python object died (its weak reference's callback).
 pub fn adopted_gone(address: usize, nbytes: i64) {
     if let Some(table) = table::lock().as_mut() {
-        table.adopted_gone(address, nbytes);
+        if table.adopted_gone(address, nbytes) {
+            let gone = table::Entry {
+                nbytes,
+                adopted: true,
+                stack: 0,
+            };
+            record::freed(address, gone);
+        }
     }
 }
 
@@ -484,7 +525,7 @@ fn register_fork_handlers() {
     ONCE.call_once(|| {
         // SAFETY: plain functions with the signature pthread_atfork wants.
         unsafe {
-            libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done));
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
     });
 }
@@ -494,14 +535,27 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Before fork: the table's lock, then the CPU trace's (the order every thread takes them).
 extern "C" fn fork_prepare() {
     let guard = table::lock();
     let _ = FORKING.try_with(|forking| forking.set(true));
     let _ = FORK_GUARD.try_with(|slot| *slot.borrow_mut() = Some(guard));
+    record::fork_prepare();
+}
+
+extern "C" fn fork_parent() {
+    record::fork_parent();
+    fork_done();
+}
+
+/// In the child: no CPU trace runs there (see `record`).
+extern "C" fn fork_child() {
+    record::fork_child();
+    fork_done();
 }
 
 /// After fork, in the parent and in the child (the same thread in both).
-extern "C" fn fork_done() {
+fn fork_done() {
     let _ = FORK_GUARD.try_with(|slot| drop(slot.borrow_mut().take()));
     let _ = FORKING.try_with(|forking| forking.set(false));
 }

@@ -133,6 +133,10 @@ pub struct Entry {
     pub nbytes: i64,
     /// Alive before tracking started (found by the baseline walk), not seen allocated.
     pub adopted: bool,
+    /// The Python stack of its allocation in the CPU trace running now (`record`'s stack id;
+    /// 0: allocated before that trace began, or with no Python stack). It fits in the
+    /// struct's padding, so it costs the table no memory.
+    pub stack: u32,
 }
 
 /// Live allocations by address.
@@ -161,38 +165,49 @@ pub fn reset(table: &mut Option<Table>) {
 
 impl Table {
     /// A new allocation at `address`. An address still in the table was freed by a path
-    /// we did not see: that allocation is counted freed first.
-    pub fn allocated(&mut self, address: usize, nbytes: i64) {
+    /// we did not see: that allocation is counted freed first, and returned.
+    pub fn allocated(&mut self, address: usize, nbytes: i64) -> Option<Entry> {
+        self.allocated_from(address, nbytes, 0)
+    }
+
+    /// `allocated`, made by the Python stack `stack` of the CPU trace running now.
+    pub fn allocated_from(&mut self, address: usize, nbytes: i64, stack: u32) -> Option<Entry> {
         let entry = Entry {
             nbytes,
             adopted: false,
+            stack,
         };
-        if let Some(stale) = self.live.insert(address, entry) {
+        let stale = self.live.insert(address, entry);
+        if let Some(stale) = stale {
             COUNTERS.freed(stale.nbytes);
         }
         COUNTERS.allocated(nbytes);
+        stale
     }
 
-    /// `address` is being freed; ignored unless we counted it.
-    pub fn freed(&mut self, address: usize) {
-        if let Some(gone) = self.live.remove(&address) {
+    /// `address` is being freed; ignored unless we counted it. Returns what it was.
+    pub fn freed(&mut self, address: usize) -> Option<Entry> {
+        let gone = self.live.remove(&address);
+        if let Some(gone) = gone {
             COUNTERS.freed(gone.nbytes);
         }
+        gone
     }
 
     /// An adopted storage's Python object died. Storages torch's CPU allocator made were
     /// already forgotten by `freed`; the others (numpy's memory, `torch.load(mmap=True)`)
     /// never reach the hook and leave here. An allocation made at the address since is not
-    /// touched.
-    pub fn adopted_gone(&mut self, address: usize, nbytes: i64) {
-        let adopted = Entry {
-            nbytes,
-            adopted: true,
-        };
-        if self.live.get(&address) == Some(&adopted) {
+    /// touched. Returns whether it left.
+    pub fn adopted_gone(&mut self, address: usize, nbytes: i64) -> bool {
+        let gone = self
+            .live
+            .get(&address)
+            .is_some_and(|entry| entry.adopted && entry.nbytes == nbytes);
+        if gone {
             self.live.remove(&address);
             COUNTERS.freed(nbytes);
         }
+        gone
     }
 
     /// A storage alive before tracking started. Already known (made since): nothing to do.
@@ -201,6 +216,7 @@ impl Table {
             let entry = Entry {
                 nbytes,
                 adopted: true,
+                stack: 0,
             };
             self.live.insert(address, entry);
             COUNTERS.adopted(nbytes);
@@ -210,6 +226,18 @@ impl Table {
     /// The bytes recorded at `address`, if any.
     pub fn get(&self, address: usize) -> Option<i64> {
         self.live.get(&address).map(|entry| entry.nbytes)
+    }
+
+    /// Every live allocation, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, Entry)> + '_ {
+        self.live.iter().map(|(&address, &entry)| (address, entry))
+    }
+
+    /// Forget every allocation's stack (a CPU trace starts: none of them is its own).
+    pub fn clear_stacks(&mut self) {
+        for entry in self.live.values_mut() {
+            entry.stack = 0;
+        }
     }
 
     pub fn len(&self) -> usize {

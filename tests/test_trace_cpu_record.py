@@ -1,0 +1,794 @@
+"""The CPU trace records CPU allocations and frees with their Python stacks.
+
+``_core._cpu_trace_start(max_entries)`` / ``_cpu_trace_stop()`` through the allocator hook
+(``src/stats/cpu/record.rs``, stacks read in Rust by ``pystack.rs``), checked with real torch
+CPU tensors and exact values: sizes, addresses, the file, line and function of each frame,
+tags, the ring buffer, shared frame objects, and what real programs do to it (threads, fork,
+KeyboardInterrupt, collections running finalisers while a stack is read, interpreter exit).
+
+Lines are found by their ``# LINE: name`` markers, so the file can be edited freely.
+"""
+
+from __future__ import annotations
+
+import _thread
+import gc
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memlab_rs import LineProfiler, _core
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="the allocator hook rewrites ELF GOT slots (Linux)"
+)
+
+MiB = 1 << 20
+HERE = os.path.abspath(__file__)
+MAX_DEPTH = 128  # pystack::MAX_DEPTH
+LINES = {}
+with open(HERE) as _source:
+    for _number, _text in enumerate(_source, 1):
+        _found = re.search(r"# LINE: (\w+)$", _text)
+        if _found:
+            assert _found.group(1) not in LINES, _found.group(1)
+            LINES[_found.group(1)] = _number
+fork_with_threads = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+)
+
+
+def here(marker: str, function: str) -> dict:
+    return {"filename": HERE, "line": LINES[marker], "name": function}
+
+
+def entries(trace: dict) -> list[dict]:
+    (device,) = trace["device_traces"]
+    return device
+
+
+def at(trace: dict, address: int) -> list[tuple[str, int]]:
+    """(action, size) of every entry at ``address``, in order."""
+    return [(e["action"], e["size"]) for e in entries(trace) if e["addr"] == address]
+
+
+def alloc_at(trace: dict, address: int) -> dict:
+    (entry,) = [e for e in entries(trace) if e["addr"] == address and e["action"] == "alloc"]
+    return entry
+
+
+def hook_slots_ours() -> list[bool]:
+    return [ours for _name, _relro, ours in _core._cpu_hook_slots()]
+
+
+def assert_nothing_installed() -> None:
+    assert not _core._cpu_trace_active()
+    assert _core._cpu_mode() is None
+    slots = hook_slots_ours()
+    assert slots and not any(slots), _core._cpu_hook_slots()
+
+
+@pytest.fixture(autouse=True)
+def no_trace_left():
+    gc.collect()  # no garbage tensor of an earlier test is freed in the middle
+    yield
+    if _core._cpu_trace_active():
+        _core._cpu_trace_stop()
+        pytest.fail("the test left a CPU trace running")
+
+
+def replay(trace: dict) -> dict[int, int]:
+    """start.live plus every entry, in order: the allocations alive at the stop. Checks
+    each entry against what was alive (an alloc at a free address, a free of a live one)."""
+    live = dict(map(tuple, trace["memlab_rs"]["start"]["live"]))
+    last = trace["memlab_rs"]["start"]["time_us"]
+    for e in entries(trace):
+        assert e["time_us"] >= last
+        last = e["time_us"]
+        if e["action"] == "alloc":
+            assert e["addr"] not in live, e
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "free_requested":
+            assert live[e["addr"]] == e["size"], e
+        else:
+            assert e["action"] == "free_completed"
+            assert live.pop(e["addr"]) == e["size"], e
+    return live
+
+
+# --- one allocation, exactly ---------------------------------------------------------------
+
+
+def allocate_one_mib():
+    return torch.empty(1024, 256)  # LINE: one_mib
+
+
+def test_a_one_mib_tensor_is_one_alloc_with_its_line_and_its_free_two_entries():
+    _core._cpu_trace_start(10_000)
+    t = allocate_one_mib()  # LINE: one_mib_call
+    address = t.data_ptr()
+    del t
+    trace = _core._cpu_trace_stop()
+    assert at(trace, address) == [
+        ("alloc", MiB),
+        ("free_requested", MiB),
+        ("free_completed", MiB),
+    ]
+    alloc, requested, completed = [e for e in entries(trace) if e["addr"] == address]
+    assert alloc["frames"][0] == here("one_mib", "allocate_one_mib")
+    caller = "test_a_one_mib_tensor_is_one_alloc_with_its_line_and_its_free_two_entries"
+    assert alloc["frames"][1] == here("one_mib_call", caller)
+    assert alloc["stream"] == 0 and alloc["user_metadata"] == ""
+    assert requested["time_us"] == completed["time_us"] >= alloc["time_us"]
+    assert requested["frames"] == [] and completed["frames"] == []
+    assert sorted(alloc) == [
+        "action", "addr", "frames", "size", "stream", "time_us", "user_metadata"
+    ]  # fmt: skip
+    ours = trace["memlab_rs"]
+    assert ours["version"] == 1 and ours["source"] == "cpu"
+    assert ours["dropped"] == 0 and ours["no_stack"] == 0
+    assert trace["allocator_settings"] == {} and trace["external_annotations"] == []
+    assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+    assert_nothing_installed()
+
+
+def test_time_us_is_microseconds_since_the_epoch():
+    import time
+
+    before = int(time.time() * 1e6)
+    _core._cpu_trace_start(100)
+    t = torch.empty(MiB, dtype=torch.uint8)
+    trace = _core._cpu_trace_stop()
+    after = int(time.time() * 1e6)
+    start = trace["memlab_rs"]["start"]["time_us"]
+    stamp = alloc_at(trace, t.data_ptr())["time_us"]
+    assert before - 2000 <= start <= stamp <= after + 2000
+
+
+# --- what was alive at the start, and what is alive at the stop ---------------------------
+
+
+def keep_one():
+    return torch.empty(3 * 4096 + 8, dtype=torch.uint8)  # LINE: kept
+
+
+def test_allocations_alive_at_the_start_are_in_start_live_and_in_segments_without_frames():
+    before = torch.empty(5 * 4096 + 16, dtype=torch.uint8)
+    _core._cpu_trace_start(1000)
+    during = keep_one()
+    trace = _core._cpu_trace_stop()
+    live = trace["memlab_rs"]["start"]["live"]
+    assert [before.data_ptr(), 5 * 4096 + 16] in live
+    assert live == sorted(live)
+    assert [during.data_ptr(), 3 * 4096 + 8] not in live
+    segments = {s["address"]: s for s in trace["segments"]}
+    assert list(segments) == sorted(segments)
+    old = segments[before.data_ptr()]
+    assert old == {
+        "device": 0,
+        "address": before.data_ptr(),
+        "total_size": 5 * 4096 + 16,
+        "allocated_size": 5 * 4096 + 16,
+        "active_size": 5 * 4096 + 16,
+        "requested_size": 5 * 4096 + 16,
+        "stream": 0,
+        "segment_type": "cpu",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        "frames": [],
+        "blocks": [
+            {
+                "address": before.data_ptr(),
+                "size": 5 * 4096 + 16,
+                "requested_size": 5 * 4096 + 16,
+                "state": "active_allocated",
+                "frames": [],
+            }
+        ],
+    }
+    (block,) = segments[during.data_ptr()]["blocks"]
+    assert block["frames"][0] == here("kept", "keep_one")
+    assert block["frames"] is alloc_at(trace, during.data_ptr())["frames"]
+    # Every CPU allocation alive at the stop is a segment, traced or not.
+    assert replay(trace) == {a: s["total_size"] for a, s in segments.items()}
+
+
+def test_a_tensor_made_in_one_trace_has_no_frames_in_the_next():
+    _core._cpu_trace_start(100)
+    t = keep_one()
+    first = _core._cpu_trace_stop()
+    assert alloc_at(first, t.data_ptr())["frames"][0] == here("kept", "keep_one")
+    _core._cpu_trace_start(100)
+    second = _core._cpu_trace_stop()
+    assert [t.data_ptr(), 3 * 4096 + 8] in second["memlab_rs"]["start"]["live"]
+    (segment,) = [s for s in second["segments"] if s["address"] == t.data_ptr()]
+    assert segment["blocks"][0]["frames"] == []
+
+
+# --- allocations inside operators ------------------------------------------------------------
+
+
+def test_an_out_argument_and_a_temporary_inside_an_operator_are_recorded():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    out = torch.empty(0)
+    logits, target = torch.randn(64, 1000), torch.randint(1000, (64,))
+    caller = "test_an_out_argument_and_a_temporary_inside_an_operator_are_recorded"
+    _core._cpu_trace_start(10_000)
+    torch.mm(a, b, out=out)  # LINE: mm_out
+    loss = F.cross_entropy(logits, target)  # LINE: cross_entropy
+    trace = _core._cpu_trace_stop()
+    # out= resized inside mm: 64 x 16 floats, made on the mm line.
+    mm = alloc_at(trace, out.data_ptr())
+    assert mm["size"] == 64 * 16 * 4
+    assert mm["frames"][0] == here("mm_out", caller)
+    # log_softmax's 64 x 1000 floats inside cross_entropy: made and freed inside the op.
+    temporaries = [
+        e for e in entries(trace) if e["action"] == "alloc" and e["size"] == 64 * 1000 * 4
+    ]
+    assert len(temporaries) == 1
+    (temporary,) = temporaries
+    assert here("cross_entropy", caller) in temporary["frames"]
+    assert temporary["frames"][0]["filename"] == F.__file__
+    actions = at(trace, temporary["addr"])
+    assert actions == [
+        ("alloc", 256000),
+        ("free_requested", 256000),
+        ("free_completed", 256000),
+    ]
+    # The loss itself (one float) and nll_loss's total weight (one float, freed at once).
+    assert alloc_at(trace, loss.data_ptr())["size"] == 4
+    assert alloc_at(trace, loss.data_ptr())["frames"][1] == here("cross_entropy", caller)
+    sizes = [(e["action"], e["size"]) for e in entries(trace) if e["addr"] != out.data_ptr()]
+    assert sorted(sizes) == sorted(
+        [("alloc", 256000), ("alloc", 4), ("alloc", 4)]
+        + [("free_requested", 4), ("free_completed", 4)]
+        + [("free_requested", 256000), ("free_completed", 256000)]
+    )
+
+
+# --- threads -------------------------------------------------------------------------------------
+
+
+def worker_body(out):
+    out.append(torch.empty(1024, 256))  # LINE: worker
+
+
+def test_an_allocation_on_a_python_thread_carries_that_threads_stack():
+    out = []
+    _core._cpu_trace_start(1000)
+    thread = threading.Thread(target=worker_body, args=(out,))
+    thread.start()
+    thread.join()
+    trace = _core._cpu_trace_stop()
+    frames = alloc_at(trace, out[0].data_ptr())["frames"]
+    assert frames[0] == here("worker", "worker_body")
+    names = [f["name"] for f in frames]
+    assert names[1:] == ["run", "_bootstrap_inner", "_bootstrap"]
+    assert all(f["filename"] == threading.__file__ for f in frames[1:])
+    assert trace["memlab_rs"]["no_stack"] == 0
+
+
+def inter_op_allocator():
+    """A TorchScript function whose allocation runs on torch's inter-op pool: a C++
+    thread with no Python thread state."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated
+
+        @torch.jit.script
+        def inner(n: int):
+            return torch.empty(n, dtype=torch.uint8)
+
+        @torch.jit.script
+        def forks(n: int):
+            return torch.jit.wait(torch.jit.fork(inner, n))
+
+    return forks
+
+
+def test_an_allocation_on_a_thread_without_python_is_recorded_without_a_stack():
+    forks = inter_op_allocator()
+    forks(10)  # warm up the pool
+    _core._cpu_trace_start(1000)
+    t = forks(777_777)
+    trace = _core._cpu_trace_stop()
+    entry = alloc_at(trace, t.data_ptr())
+    assert entry["size"] == 777_777
+    assert entry["frames"] == []
+    assert trace["memlab_rs"]["no_stack"] == 1
+
+
+def churn(nbytes):
+    t = torch.empty(nbytes, dtype=torch.uint8)  # LINE: churn
+    del t
+
+
+def churn_until(stop: threading.Event, calls: dict[int, int], nbytes: int) -> None:
+    n = 0
+    while not stop.is_set():
+        churn(nbytes)
+        n += 1
+        if n % 50 == 0:
+            stop.wait(0.001)  # leave the main thread some CPU on a small machine
+    calls[nbytes] = calls.get(nbytes, 0) + n
+
+
+def test_threads_allocating_while_tracing_give_a_consistent_trace():
+    stop, calls = threading.Event(), {}
+    threads = [
+        threading.Thread(target=churn_until, args=(stop, calls, 4096 + 8 * i)) for i in range(3)
+    ]
+    kept = []
+    _core._cpu_trace_start(1_000_000)
+    for thread in threads:
+        thread.start()
+    for _ in range(300):
+        kept.append(torch.empty(4096 * 3, dtype=torch.uint8))
+    stop.set()
+    for thread in threads:
+        thread.join()
+    trace = _core._cpu_trace_stop()
+    assert trace["memlab_rs"]["dropped"] == 0
+    assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+    for i in range(3):
+        made = [e for e in entries(trace) if e["action"] == "alloc" and e["size"] == 4096 + 8 * i]
+        assert len(made) == calls[4096 + 8 * i] > 0
+        assert all(e["frames"][0] == here("churn", "churn") for e in made)
+        assert all(e["frames"][1]["name"] == "churn_until" for e in made)
+    for t in kept:
+        assert alloc_at(trace, t.data_ptr())["size"] == 4096 * 3
+
+
+def test_traces_started_and_stopped_while_threads_allocate_are_each_consistent():
+    # An allocation in flight when a trace starts is either alive in start.live or an
+    # entry of the trace, never neither: the hook looks at the trace again under the
+    # table's lock, which the start holds while it reads start.live.
+    stop = threading.Event()
+
+    def churn_fast(nbytes):
+        while not stop.is_set():
+            t = torch.empty(nbytes, dtype=torch.uint8)
+            del t
+
+    threads = [threading.Thread(target=churn_fast, args=(4096 + 8 * i,)) for i in range(2)]
+    assert _core._cpu_start() == "allocator"  # the hook stays: starts are quick, and many
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(5000):
+            _core._cpu_trace_start(1_000_000)
+            trace = _core._cpu_trace_stop()
+            assert trace["memlab_rs"]["dropped"] == 0
+            assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        _core._cpu_stop()
+    assert_nothing_installed()
+
+
+# --- tags --------------------------------------------------------------------------------------
+
+
+def test_the_tag_is_the_user_metadata_of_later_entries_on_its_thread_only():
+    def other_thread(out):
+        out.append(torch.empty(1001, dtype=torch.uint8))
+        _core._cpu_trace_set_tag("backward:decoder")
+        out.append(torch.empty(1002, dtype=torch.uint8))
+        _core._cpu_trace_set_tag("")
+
+    out = []
+    before = torch.empty(999, dtype=torch.uint8)
+    _core._cpu_trace_set_tag("forward:encoder.layer.0")
+    try:
+        _core._cpu_trace_start(1000)
+        tagged = torch.empty(1000, dtype=torch.uint8)
+        thread = threading.Thread(target=other_thread, args=(out,))
+        thread.start()
+        thread.join()
+        address = tagged.data_ptr()
+        del before  # freed under this thread's tag
+        _core._cpu_trace_set_tag("")
+        untagged = torch.empty(1003, dtype=torch.uint8)
+        del tagged  # freed with no tag
+        trace = _core._cpu_trace_stop()
+    finally:
+        _core._cpu_trace_set_tag("")
+    meta = {(e["action"], e["size"]): e["user_metadata"] for e in entries(trace)}
+    assert meta[("alloc", 1000)] == "forward:encoder.layer.0"
+    assert meta[("alloc", 1001)] == ""
+    assert meta[("alloc", 1002)] == "backward:decoder"
+    assert meta[("alloc", 1003)] == ""
+    assert meta[("free_requested", 999)] == meta[("free_completed", 999)]
+    assert meta[("free_completed", 999)] == "forward:encoder.layer.0"
+    assert meta[("free_completed", 1000)] == ""
+    assert at(trace, address)[0] == ("alloc", 1000)
+    assert untagged.nbytes == 1003
+    # One string object per tag, shared by its entries.
+    tags = [e["user_metadata"] for e in entries(trace) if e["size"] in (999, 1000)]
+    assert tags[0] is tags[1]
+
+
+# --- the ring buffer, and shared frames ------------------------------------------------------
+
+
+def test_max_entries_keeps_the_newest_entries_and_counts_the_dropped_ones():
+    kept = []
+    _core._cpu_trace_start(10)
+    for _ in range(30):
+        kept.append(torch.empty(2048, dtype=torch.uint8))  # LINE: ring
+    trace = _core._cpu_trace_stop()
+    assert [(e["action"], e["addr"], e["size"]) for e in entries(trace)] == [
+        ("alloc", t.data_ptr(), 2048) for t in kept[20:]
+    ]
+    assert trace["memlab_rs"]["dropped"] == 20
+    assert trace["memlab_rs"]["no_stack"] == 0
+    # The dropped allocations are still alive, still segments, and keep their frames.
+    segments = {s["address"]: s for s in trace["segments"]}
+    assert segments[kept[0].data_ptr()]["blocks"][0]["frames"][0]["line"] == LINES["ring"]
+
+
+def two_lines():
+    a = torch.empty(100, dtype=torch.uint8)  # LINE: first
+    b = torch.empty(200, dtype=torch.uint8)  # LINE: second
+    return a, b
+
+
+def test_frame_dicts_are_shared_objects_between_entries():
+    _core._cpu_trace_start(1000)
+    pairs = [two_lines() for _ in range(3)]  # LINE: shared_call
+    trace = _core._cpu_trace_stop()
+    firsts = [alloc_at(trace, a.data_ptr())["frames"] for a, _ in pairs]
+    seconds = [alloc_at(trace, b.data_ptr())["frames"] for _, b in pairs]
+    assert firsts[0][0] == here("first", "two_lines")
+    assert seconds[0][0] == here("second", "two_lines")
+    # The same (code, line): the same dict; so is the caller's frame across both lines.
+    assert all(f[0] is firsts[0][0] for f in firsts)
+    assert all(s[0] is seconds[0][0] for s in seconds)
+    assert firsts[0][0] is not seconds[0][0]
+    assert firsts[0][1] is seconds[0][1]
+    assert firsts[0][1]["line"] == LINES["shared_call"]
+
+
+def recurse(depth):
+    if depth == 0:
+        return torch.empty(4096, dtype=torch.uint8)  # LINE: deep
+    return recurse(depth - 1)
+
+
+def test_a_deep_stack_keeps_its_innermost_frames():
+    _core._cpu_trace_start(100)
+    t = recurse(200)
+    trace = _core._cpu_trace_stop()
+    frames = alloc_at(trace, t.data_ptr())["frames"]
+    assert len(frames) == MAX_DEPTH
+    assert frames[0] == here("deep", "recurse")
+    assert all(f["name"] == "recurse" for f in frames)
+
+
+# --- starting and stopping ------------------------------------------------------------------
+
+
+def test_start_twice_stop_without_start_and_bad_sizes_are_clear_errors():
+    with pytest.raises(RuntimeError, match="no CPU trace is running"):
+        _core._cpu_trace_stop()
+    with pytest.raises(ValueError, match="max_entries must be at least 1"):
+        _core._cpu_trace_start(0)
+    _core._cpu_trace_start(10)
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            _core._cpu_trace_start(10)
+        assert _core._cpu_trace_active()
+    finally:
+        _core._cpu_trace_stop()
+    assert_nothing_installed()
+
+
+def test_without_the_allocator_hook_start_says_why(monkeypatch):
+    monkeypatch.setenv("MEMLAB_RS_CPU_SOURCE", "dispatch")
+    with pytest.raises(RuntimeError, match=r"needs the allocator hook.*MEMLAB_RS_CPU_SOURCE"):
+        _core._cpu_trace_start(10)
+    assert_nothing_installed()
+
+
+def stats() -> dict[str, int]:
+    return dict(_core._cpu_stats())
+
+
+def test_start_and_stop_1000_times_leave_the_counters_and_slots_as_before():
+    assert_nothing_installed()
+    first = None
+    for _ in range(1000):
+        _core._cpu_trace_start(100)
+        t = torch.empty(4099 * 2, dtype=torch.uint8)
+        address = t.data_ptr()
+        del t
+        trace = _core._cpu_trace_stop()
+        assert at(trace, address) == [
+            ("alloc", 8198),
+            ("free_requested", 8198),
+            ("free_completed", 8198),
+        ]
+        assert_nothing_installed()
+        after = stats()
+        if first is None:
+            first = after
+        assert after == first  # each start counts afresh: exactly this run, no drift
+    assert first["allocated_bytes.all.allocated"] == 8198
+    assert first["allocated_bytes.all.freed"] == 8198
+
+
+def test_a_trace_shares_the_hook_with_a_line_profiler():
+    with LineProfiler(churn, device="cpu") as lp:
+        for _ in range(50):
+            _core._cpu_trace_start(100)
+            churn(8192)
+            trace = _core._cpu_trace_stop()
+            assert [a for a, _ in at(trace, entries(trace)[0]["addr"])][0] == "alloc"
+            assert _core._cpu_mode() == "allocator" and all(hook_slots_ours())
+        churn(8192)
+    assert_nothing_installed()
+    (row,) = [r for r in lp.display(churn).records() if "torch.empty(nbytes" in r["code"]]
+    assert row["hits"] == 51
+
+
+def test_a_keyboard_interrupt_inside_traced_code_leaves_nothing_installed_after_stop():
+    kept = []
+    for _ in range(5):
+        _core._cpu_trace_start(10_000_000)
+        try:
+            timer = threading.Timer(0.02, _thread.interrupt_main)
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                while True:
+                    kept.append(torch.empty(64, dtype=torch.uint8))
+                    if len(kept) > 100:
+                        kept.clear()
+            timer.join()
+        finally:
+            trace = _core._cpu_trace_stop()
+        assert_nothing_installed()
+        assert trace["memlab_rs"]["dropped"] == 0
+        assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+        assert len(entries(trace)) > 100
+        assert all(e["size"] == 64 for e in entries(trace))
+
+
+# --- fork --------------------------------------------------------------------------------------
+
+
+def wait_child(pid: int, timeout: int = 60) -> int:
+    """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
+
+    def expired(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(timeout)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except TimeoutError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"forked child {pid} did not end within {timeout} s (deadlock)")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# Bits of a forked child's exit status: which check failed.
+STILL_TRACING, STOP_WORKED, HOOK_LEFT, OWN_TRACE_WRONG, RAISED = 1, 2, 4, 8, 16
+CHILD_BYTES = 7 * 4096 + 24
+
+
+def child_checks(alone: bool) -> int:
+    """In a child forked while the parent traced: no trace runs, the parent's cannot be
+    stopped here, and the child can trace on its own."""
+    failed = 0
+    if _core._cpu_trace_active():
+        failed |= STILL_TRACING
+    try:
+        _core._cpu_trace_stop()
+        failed |= STOP_WORKED
+    except RuntimeError:
+        pass
+    if alone and (_core._cpu_mode() is not None or any(hook_slots_ours())):
+        failed |= HOOK_LEFT
+    _core._cpu_trace_start(100)
+    t = keep_one()
+    trace = _core._cpu_trace_stop()
+    own = [(e["action"], e["size"]) for e in entries(trace)]
+    if own != [("alloc", 3 * 4096 + 8)] or alloc_at(trace, t.data_ptr())["frames"][0] != here(
+        "kept", "keep_one"
+    ):
+        failed |= OWN_TRACE_WRONG
+    if alone and (_core._cpu_mode() is not None or any(hook_slots_ours())):
+        failed |= HOOK_LEFT
+    return failed
+
+
+def fork_running(alone: bool) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = RAISED
+        try:
+            code = child_checks(alone)
+        finally:
+            os._exit(code)
+    return pid
+
+
+@fork_with_threads
+def test_fork_while_tracing_and_other_threads_allocate():
+    stop, calls = threading.Event(), {}
+    threads = [threading.Thread(target=churn_until, args=(stop, calls, 4096)) for _ in range(2)]
+    kept = []
+    _core._cpu_trace_start(10_000_000)
+    try:
+        for thread in threads:
+            thread.start()
+        statuses = []
+        for _ in range(100):
+            pid = fork_running(alone=True)
+            kept.append(torch.empty(CHILD_BYTES + 1, dtype=torch.uint8))
+            statuses.append(wait_child(pid))
+        stop.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop.set()
+        trace = _core._cpu_trace_stop()
+    assert_nothing_installed()
+    assert statuses == [0] * 100, sorted(set(statuses))
+    # The parent's trace is whole: its own allocations and its workers', none of a child's.
+    assert trace["memlab_rs"]["dropped"] == 0
+    assert replay(trace) == {s["address"]: s["total_size"] for s in trace["segments"]}
+    sizes = [e["size"] for e in entries(trace) if e["action"] == "alloc"]
+    assert sizes.count(CHILD_BYTES + 1) == 100
+    assert sizes.count(4096) == calls[4096] > 0
+    assert sizes.count(3 * 4096 + 8) == 0
+
+
+@fork_with_threads
+def test_fork_while_a_line_profiler_also_counts():
+    # The child keeps nothing of the parent's trace; the line profiler's own handler
+    # releases its use of the hook, so the child ends with nothing installed.
+    with LineProfiler(churn, device="cpu"):
+        _core._cpu_trace_start(1000)
+        try:
+            pid = fork_running(alone=True)
+            assert wait_child(pid) == 0
+            churn(5000)
+        finally:
+            trace = _core._cpu_trace_stop()
+    assert_nothing_installed()
+    assert [e["size"] for e in entries(trace) if e["action"] == "alloc"] == [5000]
+
+
+# --- collections, finalisers and interpreter exit, in fresh interpreters ---------------------
+
+
+def test_a_collection_with_finalisers_during_a_traced_allocation_does_not_deadlock(script):
+    # Reading a deep stack on 3.11 makes a frame object per frame, and making one may run a
+    # collection right there. Here a garbage cycle waits for it, with a collection due a
+    # few objects later: its finaliser frees a tensor (the free hook takes the table's
+    # lock, so the stack must be read before the allocation hook takes it) and allocates
+    # one (while the stack is being read: recorded without a stack). The cycle's tensor is
+    # made at module level, so no frame of `descend` exists before the traced allocation.
+    # gc.collect() inside the traced region too.
+    out = script(
+        """
+        import gc, json, sys, torch
+        from memlab_rs import _core
+
+        made = []
+
+        class Cycle:
+            def __init__(self, tensor):
+                self.me = self
+                self.tensor = tensor
+
+            def __del__(self):
+                self.tensor = None
+                made.append(torch.empty(8192, dtype=torch.uint8))
+
+        def descend(depth, box):
+            if depth == 0:
+                gc.disable()
+                Cycle(box.pop())
+                gc.set_threshold(gc.get_count()[0] + 10)
+                gc.enable()
+                return torch.empty(1 << 16, dtype=torch.uint8)
+            return descend(depth - 1, box)
+
+        _core._cpu_trace_start(1_000_000)
+        try:
+            kept = [descend(60, [torch.empty(4096, dtype=torch.uint8)]) for _ in range(300)]
+            gc.collect()
+        finally:
+            gc.set_threshold(700, 10, 10)
+            trace = _core._cpu_trace_stop()
+        entries = trace["device_traces"][0]
+        mine = [e for e in entries if e["action"] == "alloc" and e["size"] == 1 << 16]
+        finalised = [e for e in entries if e["action"] == "alloc" and e["size"] == 8192]
+        freed = [e for e in entries if e["action"] == "free_completed" and e["size"] == 4096]
+        print(json.dumps({
+            "mine": len(mine),
+            "mine_with_stack": sum(
+                [f["name"] for f in e["frames"][:61]] == ["descend"] * 61
+                # 3.12+ inline the comprehension (PEP 709)
+                and e["frames"][61]["name"] in ("<listcomp>", "<module>")
+                for e in mine
+            ),
+            "finalised": len(finalised),
+            "finalised_without_stack": sum(e["frames"] == [] for e in finalised),
+            "freed": len(freed),
+            "made": len(made),
+            "no_stack": trace["memlab_rs"]["no_stack"],
+            "version": list(sys.version_info[:2]),
+        }))
+        """,
+        timeout=120,  # a few seconds; a deadlock ends here
+    )
+    result = json.loads(out)
+    assert result["mine"] == result["mine_with_stack"] == 300, result
+    assert result["finalised"] == result["made"] == result["freed"] == 300, result
+    assert result["no_stack"] == result["finalised_without_stack"], result
+    if tuple(result["version"]) == (3, 11):
+        # 3.11 makes frame objects while the stack is read, and collects right there.
+        assert result["finalised_without_stack"] > 0, result
+    else:
+        # 3.9/3.10 have every frame object already; 3.12+ collect only between bytecodes.
+        assert result["finalised_without_stack"] == 0, result
+
+
+def test_the_interpreter_exits_cleanly_with_a_trace_running_and_threads_allocating(script):
+    # The trace is never stopped: the hook records through the whole teardown, where stacks
+    # are not read any more (Py_IsInitialized is 0). Non-daemon threads allocate while the
+    # interpreter waits for them; daemon threads loop around torch calls and are parked
+    # between two by an atexit handler (torch itself aborts the process when a daemon
+    # thread is inside an operator that released the GIL as the interpreter finalises, with
+    # or without memlab_rs: see tests/cpu_exit_children.py).
+    source = """
+        import atexit, threading, torch
+        from memlab_rs import _core
+
+        GATE = threading.Lock()
+
+        def endless():
+            while True:
+                with GATE:
+                    t = torch.empty(4096, dtype=torch.uint8)
+                    del t
+
+        def past_exit(started):
+            main, i = threading.main_thread(), 0
+            while main.is_alive() or i < 50:
+                if not main.is_alive():
+                    i += 1
+                t = torch.empty(12288, dtype=torch.uint8)
+                del t
+                started.set()
+
+        _core._cpu_trace_start(1000)
+        started = threading.Event()
+        for _ in range(2):
+            threading.Thread(target=endless, daemon=True).start()
+        for _ in range(2):
+            threading.Thread(target=past_exit, args=(started,)).start()
+        started.wait()
+        atexit.register(GATE.acquire)
+        kept = [torch.empty(1 << 20) for _ in range(5)]
+        print(_core._cpu_trace_active())
+        """
+    for _ in range(4):
+        out = script(source)
+        assert out == "True\n"
