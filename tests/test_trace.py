@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from memlab_rs import trace
 
@@ -255,3 +256,112 @@ def test_generated_histories_agree_with_a_plain_model(seed):
         loc: (sum(sizes), len(sizes), sorted(sizes)[len(sizes) // 2])
         for loc, sizes in expected.items()
     }
+
+
+# -- the CPU tracer on code with known allocations ------------------------------------------
+def known_step():
+    a = torch.empty(256, 1024)  # 1 MiB, alive at the peak
+    b = (torch.empty(100), torch.empty(200), torch.empty(300))  # 400 + 800 + 1200 bytes
+    c = torch.empty(64, 1024)  # 256 KiB, freed before the peak
+    del c
+    d = torch.empty(512, 1024)  # 2 MiB: the peak
+    return a, b, d
+
+
+def line_of(func, text):
+    import inspect
+
+    lines, first = inspect.getsourcelines(func)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_cpu_tracer_gives_exact_rows_and_max_mem():
+    keep = torch.empty(1000)  # 4000 bytes alive before tracing
+    with trace.Tracer(device="cpu") as tr:
+        out = known_step()
+    result = tr.result
+    summary = result.summary("cpu")
+    start = summary["start_allocated"]
+    assert start >= 4000
+    assert result.max_mem("cpu") == start + (1 << 20) + 2400 + (2 << 20)
+    rows = {r.location: r for r in result.rows("cpu")}
+    here = __file__
+    a = rows[f"{here}:{line_of(known_step, 'a = torch.empty')} (known_step)"]
+    assert (a.bytes, a.count, a.median) == (1 << 20, 1, 1 << 20)
+    b = rows[f"{here}:{line_of(known_step, 'b = (torch.empty')} (known_step)"]
+    assert (b.bytes, b.count, b.median) == (2400, 3, 800)
+    d = rows[f"{here}:{line_of(known_step, 'd = torch.empty')} (known_step)"]
+    assert (d.bytes, d.count, d.median) == (2 << 20, 1, 2 << 20)
+    assert f"{here}:{line_of(known_step, 'c = torch.empty')} (known_step)" not in rows
+    assert rows["untraced"].bytes == start
+    assert sum(r.bytes for r in rows.values()) == result.max_mem("cpu")
+    text = result.text().splitlines()
+    assert text[0] == f"Max mem: {_readable(result.max_mem('cpu'))}"
+    assert any(line.startswith("2.000 MB  ") and line.endswith("(known_step)") for line in text)
+    del keep, out
+
+
+def _readable(n):
+    """The peak tracer's number format, written again here as its C++ does it."""
+    import math
+
+    units = ["", "KB", "MB", "GB"]
+    value, unit = float(n), 0
+    while unit < 3 and value >= 1024:
+        value /= 1024
+        unit += 1
+    digits = 4 - (int(math.floor(math.log10(abs(value)))) + 1)
+    return f"{value:.{digits}f} {units[unit]}"
+
+
+def test_line_profiler_peak_live_column_on_cpu():
+    from memlab_rs import LineProfiler
+
+    with LineProfiler(known_step, device="cpu", peak_live=True) as lp:
+        out = known_step()
+    records = lp.display(known_step, columns=["peak_live"]).records()
+    by_line = {r["line"]: r["peak_live"] for r in records}
+    assert by_line[line_of(known_step, "a = torch.empty")] == 1 << 20
+    assert by_line[line_of(known_step, "b = (torch.empty")] == 2400
+    assert by_line[line_of(known_step, "c = torch.empty")] == 0
+    assert by_line[line_of(known_step, "d = torch.empty")] == 2 << 20
+    with pytest.raises(ValueError, match="peak_live=True"):
+        LineProfiler(known_step, device="cpu").display(columns=["peak_live"])
+    del out
+
+
+def test_tracer_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="max_entries"):
+        trace.Tracer(device="cpu", max_entries=0)
+    with pytest.raises(ValueError, match="tag_modules"):
+        trace.Tracer(device="cpu", tag_modules="everything")
+    tracer = trace.Tracer(device="cpu")
+    with pytest.raises(RuntimeError, match="not recording"):
+        tracer.stop()
+    with pytest.raises(RuntimeError, match="start_tracing"):
+        trace.stop_tracing()
+
+
+def test_peak_tracer_functions_on_cpu(capsys):
+    trace.switch_allocator()
+    trace.start_tracing(device="cpu")
+    x = torch.empty(256, 1024)
+    trace.stop_tracing()
+    trace.report_stats()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Max mem: ")
+    assert lines[2] == "Mem, Cumulative Mem, Median, Count, Location"
+    assert any(line.startswith("1.000 MB  ") and "test_trace.py" in line for line in lines)
+    del x
+
+
+def test_module_view_with_tags_on_cpu():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    x = torch.randn(32, 64)
+    with trace.Tracer(device="cpu", model=model, tag_modules=True) as tr:
+        loss = model(x).sum()
+    tags = {r.location: r.bytes for r in tr.result.module_rows("cpu")}
+    # The first Linear's output (32 x 256 floats) is kept for backward: alive at the peak.
+    assert tags["forward:0"] == 32 * 256 * 4
+    assert sum(tags.values()) == tr.result.max_mem("cpu")
+    del loss

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import sysconfig
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU g
 from ._torch import device_key
 
 DEFAULT_MAX_ENTRIES = 1_000_000
+_USER_LIKE = ("demo.py", "models.py")
 
 __all__ = [
     "PeakRow",
@@ -53,15 +53,15 @@ def default_exclude() -> list[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     parts = [
         os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-        here + os.sep,
         "-packages/torch/",
-        "/memlab_rs/",
     ]
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            parts.append(os.path.abspath(path) + os.sep)
-    # Another machine's standard library: /.../lib/python3.N/ outside site-packages.
+    # memlab_rs's own machinery; its demo and bundled model are user code like any other.
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py") and name not in _USER_LIKE:
+            parts.append(f"{os.sep}memlab_rs{os.sep}{name}")
+    # The standard library, here or on the machine that recorded: /.../lib/python3.N/
+    # outside site-packages (a virtual environment's lib/python3.N/ holds site-packages too,
+    # so its path alone cannot say).
     parts.append("<stdlib>")
     return list(dict.fromkeys(parts))
 
