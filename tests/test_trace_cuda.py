@@ -61,6 +61,12 @@ def test_gpt2_8x512_max_mem_is_max_memory_allocated_and_rows_add_up(gpt2):
     assert any(re.search(r"transformer\.h\.\d+\.attn", t) for t in tags), tags[:20]
     assert any(re.search(r"transformer\.h\.\d+\.mlp", t) for t in tags), tags[:20]
     assert any(t.startswith("backward:") for t in tags)
+    # Keyword groups: Untrackable is what the driver sees used beyond the tracked bytes.
+    groups = dict(result.keywords({"attention": ["attn"], "mlp": ["mlp"]}))
+    assert list(groups) == ["attention", "mlp", "Others", "Untrackable"]
+    assert groups["attention"] > 0 and groups["mlp"] > 0
+    assert groups["Untrackable"] > 0  # the CUDA context and the cache at least
+    assert groups["attention"] + groups["mlp"] + groups["Others"] == peak
 
 
 def test_a_users_history_setting_is_kept_and_their_history_too():

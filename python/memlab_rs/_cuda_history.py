@@ -94,9 +94,9 @@ def snapshot() -> dict[str, Any]:
     if "torch._inductor" in sys.modules:
         return torch.cuda.memory._snapshot()
     stand_in = _NoInductor()
-    torch._inductor = stand_in  # type: ignore[attr-defined]
+    torch._inductor = stand_in  # type: ignore[assignment]
     try:
         return torch.cuda.memory._snapshot()
     finally:
         if getattr(torch, "_inductor", None) is stand_in:
-            del torch._inductor  # type: ignore[attr-defined]
+            del torch._inductor

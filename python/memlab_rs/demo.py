@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     with trace.Tracer(device=device, model=model, tag_modules=True) as tracer:
         train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
     result = tracer.result
+    assert result is not None  # set by the with block's exit
     result.report_stats()
     print()
     print(result.module_text(), end="")

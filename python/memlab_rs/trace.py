@@ -293,10 +293,8 @@ class TraceResult:
 
 def _driver_used(index: int) -> int | None:
     """Bytes in use on a CUDA device by the driver's count (cudarc; None without a driver)."""
-    if not _core.driver_available():
-        return None
-    free, total = _core.driver_device_memory(index)
-    return total - free
+    found = _core.driver_device_memory(index) if _core.driver_available() else None
+    return None if found is None else found[0]
 
 
 def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> TraceResult:
