@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import memlab_rs
+import memlab_rs.trace
 from memlab_rs import ipython as magics
 
 OUT = Path(__file__).with_name("api.md")
@@ -51,10 +52,20 @@ def render() -> str:
         "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand.",
         "",
     ]
-    for name in memlab_rs.__all__:
-        obj = getattr(memlab_rs, name)
+    for module, prefix in ((memlab_rs, "memlab_rs"), (memlab_rs.trace, "memlab_rs.trace")):
+        if module is memlab_rs.trace:
+            lines += [f"## module `{prefix}`", "", _doc(module), ""]
+        lines += _module(module, prefix)
+    lines += _magics()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _module(module, prefix: str) -> list[str]:
+    lines: list[str] = []
+    for name in module.__all__:
+        obj = getattr(module, name)
         if inspect.isclass(obj):
-            lines += [f"## class `memlab_rs.{name}{_signature(obj)}`", "", _doc(obj), ""]
+            lines += [f"## class `{prefix}.{name}{_signature(obj)}`", "", _doc(obj), ""]
             for member_name, member, kind in _members(obj):
                 if member_name == "__init__":
                     continue
@@ -64,10 +75,14 @@ def render() -> str:
                     sig = _signature(member)
                     lines += [f"### `{name}.{member_name}{sig}`", "", _doc(member), ""]
         elif callable(obj):
-            lines += [f"## `memlab_rs.{name}{_signature(obj)}`", "", _doc(obj), ""]
+            lines += [f"## `{prefix}.{name}{_signature(obj)}`", "", _doc(obj), ""]
         else:
-            lines += [f"## `memlab_rs.{name}`", "", f"`{obj!r}`", ""]
-    lines += [
+            lines += [f"## `{prefix}.{name}`", "", f"`{obj!r}`", ""]
+    return lines
+
+
+def _magics() -> list[str]:
+    lines = [
         "## IPython: `%load_ext memlab_rs`",
         "",
         _doc(memlab_rs.load_ipython_extension),
@@ -86,7 +101,7 @@ def render() -> str:
         flags = ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
         lines.append(f"| {flags} | {action.help} |")
     lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 if __name__ == "__main__":

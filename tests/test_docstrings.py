@@ -14,6 +14,8 @@ import pytest
         "memlab_rs._core",
         "memlab_rs._trace_plots",
         "memlab_rs._memory_viz_export",
+        "memlab_rs.trace",
+        "memlab_rs._trace_tags",
     ],
 )
 def test_docstring_examples(module):

@@ -3,6 +3,7 @@
 ``import memlab_rs as pytorch_memlab`` works in existing code.
 """
 
+from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
