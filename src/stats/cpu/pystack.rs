@@ -17,6 +17,14 @@
 //!
 //! Allocations without a stack are still recorded; `record` counts them (`no_stack`).
 //!
+//! Taking the GIL back inside an allocation is torch's own choice for its CUDA history, with
+//! its costs: while another Python thread runs, the allocating thread may wait up to the
+//! switch interval (5 ms) for it, and a thread that holds the GIL while waiting for a lock
+//! the allocating thread holds would deadlock with it (torch's bindings release the GIL
+//! before taking their locks, which is what makes this workable). `PyGILState_Check`
+//! answers 1 on every thread once a sub-interpreter exists (CPython turns the check off
+//! then); torch does not run in sub-interpreters, and neither does this.
+//!
 //! # What makes it sound
 //! - The stack is read before the hook takes any lock. On 3.11 reading it materialises frame
 //!   objects, which allocates, which may run the garbage collector, whose finalisers may
