@@ -22,6 +22,12 @@ def history_enabled() -> bool:
     return bool(probe()) if probe is not None else False
 
 
+def ensure_initialised() -> None:
+    """Initialise CUDA: the allocator's history and snapshot calls assume it (a snapshot
+    taken before any CUDA call crashes in torch 2.11). Tracing CUDA asked for it."""
+    torch.cuda.init()
+
+
 def enable(max_entries: int) -> None:
     """Record every alloc and free with its Python stack (torch's cheapest useful setting:
     about 2 us per allocation)."""

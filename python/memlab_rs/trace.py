@@ -386,6 +386,7 @@ class Tracer:
         if self.cuda:
             from . import _cuda_history
 
+            _cuda_history.ensure_initialised()
             self._we_enabled = not _cuda_history.history_enabled()
             if self._we_enabled:
                 _cuda_history.enable(self.max_entries)
