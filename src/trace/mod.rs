@@ -12,6 +12,7 @@ pub mod blocks;
 pub mod group;
 pub mod load;
 pub mod model;
+pub mod parts;
 pub mod peak;
 pub mod report;
 pub mod timeline;
