@@ -14,5 +14,6 @@ pub mod load;
 pub mod model;
 pub mod parts;
 pub mod peak;
+pub mod pickle_stream;
 pub mod report;
 pub mod timeline;
