@@ -481,21 +481,36 @@ impl Machine {
         ))
     }
 
+    fn eof(&self, got: u64) -> PyErr {
+        let at = self.offset + got;
+        if at == 0 {
+            self.fail("the file is empty")
+        } else {
+            self.fail(&format!(
+                "it ends at byte {at} in the middle of the pickle: truncated?"
+            ))
+        }
+    }
+
     fn read(&mut self, n: usize) -> PyResult<&[u8]> {
         self.buf.clear();
-        let got = (&mut self.input)
-            .take(n as u64)
-            .read_to_end(&mut self.buf)
-            .map_err(|e| self.fail(&format!("reading it failed: {e}")))?;
-        if got < n {
-            let at = self.offset + got as u64;
-            return Err(if at == 0 {
-                self.fail("the file is empty")
-            } else {
-                self.fail(&format!(
-                    "it ends at byte {at} in the middle of the pickle: truncated?"
-                ))
-            });
+        if n <= 1 << 16 {
+            self.buf.resize(n, 0);
+            match self.input.read_exact(&mut self.buf) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Err(self.eof(0)),
+                Err(e) => return Err(self.fail(&format!("reading it failed: {e}"))),
+            }
+        } else {
+            // A long string: grown as it arrives, so a corrupt length cannot ask for memory
+            // the file does not hold.
+            let got = (&mut self.input)
+                .take(n as u64)
+                .read_to_end(&mut self.buf)
+                .map_err(|e| self.fail(&format!("reading it failed: {e}")))?;
+            if got < n {
+                return Err(self.eof(got as u64));
+            }
         }
         self.offset += n as u64;
         Ok(&self.buf)
@@ -508,23 +523,21 @@ impl Machine {
                 self.offset += 1;
                 Ok(one[0])
             }
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Err(if self.offset == 0 {
-                self.fail("the file is empty")
-            } else {
-                self.fail(&format!(
-                    "it ends at byte {} in the middle of the pickle: truncated?",
-                    self.offset
-                ))
-            }),
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Err(self.eof(0)),
             Err(e) => Err(self.fail(&format!("reading it failed: {e}"))),
         }
     }
 
     fn le<const N: usize>(&mut self) -> PyResult<[u8; N]> {
-        let bytes = self.read(N)?;
         let mut out = [0u8; N];
-        out.copy_from_slice(bytes);
-        Ok(out)
+        match self.input.read_exact(&mut out) {
+            Ok(()) => {
+                self.offset += N as u64;
+                Ok(out)
+            }
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Err(self.eof(0)),
+            Err(e) => Err(self.fail(&format!("reading it failed: {e}"))),
+        }
     }
 
     fn len(&mut self, n: u64) -> PyResult<usize> {
