@@ -993,3 +993,19 @@ fn finish(mut s: Stream, root: Value) -> PyResult<Trace> {
     parts.finish(&mut s.trace);
     Ok(s.trace)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_payloads_decode_as_python_does() {
+        assert_eq!(long(&[]), Value::Int(0));
+        assert_eq!(long(&[0xff]), Value::Int(-1));
+        assert_eq!(long(&[0x80, 0x00]), Value::Int(128));
+        // 2**63 needs nine bytes and fits in u64 only.
+        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0x80, 0]), Value::UInt(1 << 63));
+        assert_eq!(long(&[0; 17]), Value::Big);
+        assert_eq!(long(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Value::Big);
+    }
+}
