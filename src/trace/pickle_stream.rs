@@ -104,6 +104,10 @@ const KEYS: [&str; 10] = [
     "name",
 ];
 
+/// The id bits of a memo slot.
+const ID_BITS: u32 = 29;
+const ID_MASK: u32 = (1 << ID_BITS) - 1;
+
 /// Not yet computed, in the per-string caches.
 const UNSET: u32 = u32::MAX - 1;
 
@@ -120,7 +124,11 @@ struct Stream {
     /// Per name id: its action (as `Action as u32 + 1`, 0 unset) and its tag's string id.
     actions: Vec<Option<Action>>,
     tags: Vec<u32>,
-    memo: Vec<Value>,
+    /// The pickle's memo, 4 bytes a slot (`Stream::pack`): it holds every memoised object
+    /// of the file, two for most entries.
+    memo: Vec<u32>,
+    /// Memoised values that are not ids (pickle memoises no ints or floats, but may).
+    memo_other: Vec<Value>,
     slab: Vec<Slot>,
     free: Vec<u32>,
     stack: Vec<Value>,
@@ -138,6 +146,7 @@ impl Stream {
             actions: Vec::new(),
             tags: Vec::new(),
             memo: Vec::new(),
+            memo_other: Vec::new(),
             slab: Vec::new(),
             free: Vec::new(),
             stack: Vec::new(),
@@ -215,16 +224,53 @@ impl Stream {
 
     /// Container `h` has become `record`: its memo slot says so, and its handles read as
     /// the record until the last one goes (`drop_handle`).
-    fn retire(&mut self, h: u32, record: Value) {
+    fn retire(&mut self, h: u32, record: Value) -> PyResult<()> {
         let (memo, copies) = match &self.slab[h as usize] {
             Slot::List(l) => (l.memo, l.copies),
             Slot::Dict(d) => (d.memo, d.copies),
-            _ => return,
+            _ => return Ok(()),
         };
         if memo != NONE {
-            self.memo[memo as usize] = record;
+            self.memo[memo as usize] = self.pack(record)?;
         }
         self.slab[h as usize] = Slot::Done(record, copies);
+        Ok(())
+    }
+
+    /// A memo slot: a 3-bit kind and a 29-bit id (the id of a string, container, frame or
+    /// stack, or an index into `memo_other`).
+    fn pack(&mut self, v: Value) -> PyResult<u32> {
+        let (kind, id) = match v {
+            Value::Missing => return Ok(0),
+            Value::Gone => return Ok(1 << ID_BITS),
+            Value::Str(id) => (2, id),
+            Value::Obj(h) => (3, h),
+            Value::Frame(id) => (4, id),
+            Value::Stack(NONE) => (5, ID_MASK),
+            Value::Stack(id) => (5, id),
+            other => {
+                self.memo_other.push(other);
+                (6, self.memo_other.len() as u32 - 1)
+            }
+        };
+        if id > ID_MASK || (kind == 5 && id == ID_MASK && v != Value::Stack(NONE)) {
+            return Err(unsupported(format!("more than {ID_MASK} distinct objects")));
+        }
+        Ok(kind << ID_BITS | id)
+    }
+
+    fn unpack(&self, slot: u32) -> Value {
+        let id = slot & ID_MASK;
+        match slot >> ID_BITS {
+            0 => Value::Missing,
+            1 => Value::Gone,
+            2 => Value::Str(id),
+            3 => Value::Obj(id),
+            4 => Value::Frame(id),
+            5 if id == ID_MASK => Value::Stack(NONE),
+            5 => Value::Stack(id),
+            _ => self.memo_other[id as usize],
+        }
     }
 
     fn dict(&self, v: Value) -> Option<&DictObj> {
@@ -327,7 +373,7 @@ impl Stream {
             line.clamp(0, u32::MAX as i64) as u32,
             name.as_deref().unwrap_or(""),
         );
-        self.retire(h, Value::Frame(id));
+        self.retire(h, Value::Frame(id))?;
         Ok(id)
     }
 
@@ -364,7 +410,7 @@ impl Stream {
         }
         let id = self.trace.stack(&ids);
         self.frame_ids = ids;
-        self.retire(h, Value::Stack(id));
+        self.retire(h, Value::Stack(id))?;
         Ok(id)
     }
 
@@ -399,7 +445,7 @@ impl Stream {
             // This entry's handle of the frames list goes with it.
             self.drop_handle(f);
         }
-        self.retire(h, Value::Gone);
+        self.retire(h, Value::Gone)?;
         Ok(Event {
             action,
             addr,
@@ -785,7 +831,7 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                     if index > s.memo.len() + (1 << 20) {
                         return Err(unsupported(format!("a sparse memo (index {index})")));
                     }
-                    s.memo.resize(index + 1, Value::Missing);
+                    s.memo.resize(index + 1, 0);
                 }
                 if let Value::Obj(h) = top {
                     let memo = match &mut s.slab[h as usize] {
@@ -798,7 +844,7 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                     }
                     *memo = index as u32;
                 }
-                s.memo[index] = top;
+                s.memo[index] = s.pack(top)?;
             }
             b'h' | b'j' => {
                 let index = if op == b'h' {
@@ -806,7 +852,7 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                 } else {
                     u32::from_le_bytes(m.le::<4>()?) as usize
                 };
-                let v = match s.memo.get(index) {
+                let v = match s.memo.get(index).map(|&slot| s.unpack(slot)) {
                     None | Some(Value::Missing) => {
                         return Err(m.fail(&format!("memo entry {index} is missing at byte {at}")))
                     }
@@ -815,7 +861,7 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                             "a trace entry referenced a second time".to_string(),
                         ))
                     }
-                    Some(v) => *v,
+                    Some(v) => v,
                 };
                 if let Value::Obj(h) = v {
                     match &mut s.slab[h as usize] {
@@ -997,6 +1043,27 @@ fn finish(mut s: Stream, root: Value) -> PyResult<Trace> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memo_slots_round_trip() {
+        let mut s = Stream::new();
+        for v in [
+            Value::Missing,
+            Value::Gone,
+            Value::Str(7),
+            Value::Obj(ID_MASK),
+            Value::Frame(0),
+            Value::Stack(NONE),
+            Value::Stack(3),
+            Value::Int(-5),
+            Value::Float(0.5),
+            Value::None,
+        ] {
+            let slot = s.pack(v).unwrap();
+            assert_eq!(s.unpack(slot), v);
+        }
+        assert!(s.pack(Value::Frame(ID_MASK + 1)).is_err());
+    }
 
     #[test]
     fn long_payloads_decode_as_python_does() {
