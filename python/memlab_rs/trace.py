@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,9 +91,30 @@ class TraceResult:
     """
 
     def __init__(self, snapshot: dict, exclude: list[str] | None = None):
-        self.snapshot = snapshot
+        self._snapshot: dict | None = snapshot
+        self._path: str | None = None
         self.exclude = list(default_exclude() if exclude is None else exclude)
         self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+
+    @classmethod
+    def _from_analysis(cls, analysis: Any, path: str, exclude: list[str]) -> TraceResult:
+        """A result read straight from the pickle at `path` (its dict is loaded on demand)."""
+        result = cls.__new__(cls)
+        result._snapshot = None
+        result._path = path
+        result.exclude = exclude
+        result._analysis = analysis
+        return result
+
+    @property
+    def snapshot(self) -> dict:
+        """The snapshot dict (torch's schema). A result loaded from a file reads it from
+        there only when asked, since the dict of a large snapshot takes several times the
+        file's size in memory."""
+        if self._snapshot is None:
+            assert self._path is not None
+            self._snapshot = _read_pickle(self._path)
+        return self._snapshot
 
     # -- which device ------------------------------------------------------------------
     @property
@@ -270,6 +292,13 @@ class TraceResult:
     def save(self, path: str | os.PathLike) -> None:
         """Save the recording as a pickle (protocol 4) that ``load`` and
         pytorch.org/memory_viz both read."""
+        if self._snapshot is None and self._path is not None:
+            with open(self._path, "rb") as src:
+                protocol4 = src.read(2) == b"\x80\x04"
+            if protocol4:  # already what memory_viz reads: a copy, without loading it
+                if os.path.abspath(self._path) != os.path.abspath(path):
+                    shutil.copyfile(self._path, path)
+                return
         with open(path, "wb") as f:
             pickle.dump(self.snapshot, f, protocol=4)
 
@@ -307,21 +336,35 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
     []
     """
     if isinstance(source, dict):
-        snapshot = source
-    elif isinstance(source, (str, os.PathLike)):
-        try:
-            with open(source, "rb") as f:
-                snapshot = pickle.load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no snapshot file at {os.fspath(source)!r}") from None
-        except (pickle.UnpicklingError, EOFError, ValueError) as error:
-            raise ValueError(
-                f"{os.fspath(source)!r} is not a snapshot pickle ({error}); write one with "
-                "torch.cuda.memory._dump_snapshot(path)"
-            ) from None
-    else:
+        return TraceResult(source, exclude)
+    if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load() takes a path or a snapshot dict, got {type(source).__name__}")
-    return TraceResult(snapshot, exclude)
+    path = os.fspath(source)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    excluded = list(default_exclude() if exclude is None else exclude)
+    try:
+        # Streams the pickle into compact records: no dict of the whole snapshot in memory.
+        analysis = _core.TraceAnalysis.from_pickle(path, excluded)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no snapshot file at {path!r}") from None
+    except NotImplementedError:
+        # A pickle the streaming reader does not read (protocol 0/1, other objects).
+        return TraceResult(_read_pickle(path), excluded)
+    return TraceResult._from_analysis(analysis, path, excluded)
+
+
+def _read_pickle(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no snapshot file at {path!r}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError) as error:
+        raise ValueError(
+            f"{path!r} is not a snapshot pickle ({error}); write one with "
+            "torch.cuda.memory._dump_snapshot(path)"
+        ) from None
 
 
 class Tracer:

@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 use super::group::{by_keyword, by_line, Locator, Row};
 use super::load::from_snapshot;
 use super::model::Source;
+use super::pickle_stream::from_pickle;
 use super::report::{analyse, DeviceReport, Report};
 use crate::render::{trace_data, trace_html, trace_text};
 
@@ -44,6 +45,17 @@ impl TraceAnalysis {
         let trace = from_snapshot(py, snapshot)?;
         let locator = Locator { exclude };
         let report = py.detach(move || analyse(trace, &locator));
+        Ok(TraceAnalysis { report })
+    }
+
+    /// Analyse the snapshot pickle at `path` without building its Python objects (a
+    /// streaming reader: memory stays near the size of the compact records). Raises
+    /// `NotImplementedError` for a pickle it cannot read (protocols 0-1, objects other than
+    /// dicts, lists, tuples, str, int, float, bool and None): `pickle.load` it then.
+    #[staticmethod]
+    fn from_pickle(py: Python<'_>, path: String, exclude: Vec<String>) -> PyResult<Self> {
+        let locator = Locator { exclude };
+        let report = py.detach(move || from_pickle(&path).map(|trace| analyse(trace, &locator)))?;
         Ok(TraceAnalysis { report })
     }
 

@@ -5,22 +5,12 @@
 
 use std::collections::HashMap;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use super::model::{
-    Action, Block, BlockState, DeviceTrace, Event, IntMap, Segment, Source, Trace, NONE,
-};
-
-/// A problem with the dict, named so the user can find it.
-fn bad(what: &str) -> PyErr {
-    PyValueError::new_err(format!(
-        "not a memory snapshot: {what} (expected the dict of torch.cuda.memory._snapshot(), \
-         a pickle written by torch.cuda.memory._dump_snapshot, or a memlab_rs trace)"
-    ))
-}
+use super::model::{Action, Event, IntMap, Source, Trace, NONE};
+use super::parts::{bad, Doc, Parts};
 
 fn int(item: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<Option<i128>> {
     match item.get_item(key)? {
@@ -98,81 +88,6 @@ impl<'py> Loader<'py> {
         Ok(id)
     }
 
-    fn segment(&mut self, item: &Bound<'py, PyAny>) -> PyResult<(i32, Segment)> {
-        let py = self.py;
-        let seg = item
-            .cast::<PyDict>()
-            .map_err(|_| bad("a segment is not a dict"))?;
-        let device = int(seg, intern!(py, "device"))?.unwrap_or(0) as i32;
-        let address = u64_of(seg, intern!(py, "address"))?;
-        let total_size = u64_of(seg, intern!(py, "total_size"))?;
-        let kind = seg
-            .get_item(intern!(py, "segment_type"))?
-            .map(|v| v.str().map(|s| s.to_string()))
-            .transpose()?
-            .unwrap_or_default();
-        let expandable = seg
-            .get_item(intern!(py, "is_expandable"))?
-            .map(|v| v.is_truthy())
-            .transpose()?
-            .unwrap_or(false);
-        let mut blocks = Vec::new();
-        let mut at = address;
-        if let Some(list) = seg.get_item(intern!(py, "blocks"))? {
-            for block in list.try_iter()? {
-                let block = block?;
-                let b = block
-                    .cast::<PyDict>()
-                    .map_err(|_| bad("a block is not a dict"))?;
-                let size = u64_of(b, intern!(py, "size"))?;
-                let requested = int(b, intern!(py, "requested_size"))?.map_or(size, |v| v as u64);
-                let state = match b.get_item(intern!(py, "state"))? {
-                    Some(s) => match s.str()?.to_cow()?.as_ref() {
-                        "active_allocated" => BlockState::Allocated,
-                        "active_pending_free" | "active_awaiting_free" => BlockState::PendingFree,
-                        _ => BlockState::Inactive,
-                    },
-                    None => BlockState::Inactive,
-                };
-                // Blocks carry an address in recent torch; older snapshots imply it.
-                let block_address = int(b, intern!(py, "address"))?.map_or(at, |v| v as u64);
-                let stack = self.stack(b.get_item(intern!(py, "frames"))?)?;
-                blocks.push(Block {
-                    address: block_address,
-                    size,
-                    requested,
-                    state,
-                    stack,
-                });
-                at = block_address + size;
-            }
-        }
-        let small = kind == "small" || (kind.is_empty() && total_size == 2 << 20);
-        Ok((
-            device,
-            Segment {
-                address,
-                total_size,
-                small,
-                expandable,
-                blocks,
-            },
-        ))
-    }
-
-    fn segments(&mut self, list: Option<Bound<'py, PyAny>>) -> PyResult<Vec<(i32, Segment)>> {
-        let mut out = Vec::new();
-        if let Some(list) = list {
-            for item in list
-                .try_iter()
-                .map_err(|_| bad("'segments' is not a list"))?
-            {
-                out.push(self.segment(&item?)?);
-            }
-        }
-        Ok(out)
-    }
-
     fn events(&mut self, entries: &Bound<'py, PyAny>) -> PyResult<Vec<Event>> {
         let py = self.py;
         let mut events = Vec::new();
@@ -234,208 +149,96 @@ impl<'py> Loader<'py> {
     }
 }
 
-/// What our recorders add under the `memlab_rs` key.
-struct Extra<'py> {
-    source: Source,
-    start_time: Option<i64>,
-    /// The tag our start layout's snapshot entry carries (torch 2.10+), which finds it exactly.
-    start_marker: Option<String>,
-    start_segments: Option<Bound<'py, PyAny>>,
-    start_live: Option<Bound<'py, PyAny>>,
-    dropped: u64,
-    no_stack: u64,
-}
+impl<'py> Doc for Loader<'py> {
+    type Node = Bound<'py, PyAny>;
 
-fn extra<'py>(py: Python<'py>, snapshot: &Bound<'py, PyDict>) -> PyResult<Extra<'py>> {
-    let mut out = Extra {
-        source: Source::Cuda,
-        start_time: None,
-        start_marker: None,
-        start_segments: None,
-        start_live: None,
-        dropped: 0,
-        no_stack: 0,
-    };
-    let Some(ours) = snapshot.get_item(intern!(py, "memlab_rs"))? else {
-        return Ok(out);
-    };
-    let ours = ours
-        .cast::<PyDict>()
-        .map_err(|_| bad("'memlab_rs' is not a dict"))?;
-    if let Some(source) = ours.get_item(intern!(py, "source"))? {
-        if source.str()?.to_cow()? == "cpu" {
-            out.source = Source::Cpu;
+    fn trace(&mut self) -> &mut Trace {
+        &mut self.trace
+    }
+
+    fn is_none(&self, node: &Self::Node) -> bool {
+        node.is_none()
+    }
+
+    fn is_dict(&self, node: &Self::Node) -> bool {
+        node.cast::<PyDict>().is_ok()
+    }
+
+    fn get(&mut self, node: &Self::Node, key: &'static str) -> PyResult<Option<Self::Node>> {
+        match node.cast::<PyDict>() {
+            Ok(dict) => dict.get_item(PyString::intern(self.py, key)),
+            Err(_) => Ok(None),
         }
     }
-    out.dropped = u64_of(ours, intern!(py, "dropped"))?;
-    out.no_stack = u64_of(ours, intern!(py, "no_stack"))?;
-    if let Some(start) = ours.get_item(intern!(py, "start"))? {
-        let start = start
+
+    fn int(&mut self, node: &Self::Node) -> PyResult<Option<i128>> {
+        if node.is_none() {
+            return Ok(None);
+        }
+        match node.extract::<i64>() {
+            Ok(v) => Ok(Some(v as i128)),
+            Err(_) => Ok(Some(node.extract::<i128>()?)),
+        }
+    }
+
+    fn text(&mut self, node: &Self::Node) -> PyResult<String> {
+        Ok(node.str()?.to_cow()?.into_owned())
+    }
+
+    fn truthy(&mut self, node: &Self::Node) -> PyResult<bool> {
+        node.is_truthy()
+    }
+
+    fn items(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>> {
+        match node.try_iter() {
+            Ok(iter) => Ok(Some(iter.collect::<PyResult<Vec<_>>>()?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn list_items(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>> {
+        Ok(node.cast::<PyList>().ok().map(|list| list.iter().collect()))
+    }
+
+    fn dict_values(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>> {
+        Ok(node
             .cast::<PyDict>()
-            .map_err(|_| bad("'memlab_rs.start' is not a dict"))?;
-        out.start_time = int(start, intern!(py, "time_us"))?.map(|t| t as i64);
-        out.start_segments = start.get_item(intern!(py, "segments"))?;
-        if let Some(marker) = start.get_item(intern!(py, "marker"))? {
-            if !marker.is_none() {
-                out.start_marker = Some(marker.str()?.to_cow()?.into_owned());
-            }
-        }
-        out.start_live = start.get_item(intern!(py, "live"))?;
+            .ok()
+            .map(|dict| dict.values().iter().collect()))
     }
-    Ok(out)
-}
 
-fn settings(py: Python<'_>, snapshot: &Bound<'_, PyDict>, trace: &mut Trace) -> PyResult<()> {
-    let Some(s) = snapshot.get_item(intern!(py, "allocator_settings"))? else {
-        return Ok(());
-    };
-    let Ok(s) = s.cast::<PyDict>() else {
-        return Ok(());
-    };
-    if let Some(v) = int(s, intern!(py, "max_split_size")).ok().flatten() {
-        if v > 0 && v < u64::MAX as i128 {
-            trace.settings.max_split_size = Some(v as u64);
-        }
+    fn stack(&mut self, frames: Option<Self::Node>) -> PyResult<u32> {
+        Loader::stack(self, frames)
     }
-    if let Some(v) = s.get_item(intern!(py, "expandable_segments"))? {
-        trace.settings.expandable_segments = v.is_truthy()?;
-    }
-    if let Some(v) = s.get_item(intern!(py, "roundup_power2_divisions"))? {
-        let any = if let Ok(d) = v.cast::<PyDict>() {
-            d.values()
-                .iter()
-                .any(|x| x.extract::<i64>().is_ok_and(|n| n > 1))
-        } else if let Ok(list) = v.cast::<PyList>() {
-            list.iter().any(|x| x.extract::<i64>().is_ok_and(|n| n > 1))
-        } else {
-            v.extract::<i64>().is_ok_and(|n| n > 1)
-        };
-        trace.settings.power2_divisions = any;
-    }
-    Ok(())
 }
 
 /// Read a snapshot dict into a `Trace`.
 pub fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>) -> PyResult<Trace> {
-    let snapshot = snapshot
+    let dict = snapshot
         .cast::<PyDict>()
         .map_err(|_| bad("it is not a dict"))?;
-    let Some(traces) = snapshot.get_item(intern!(py, "device_traces"))? else {
+    let Some(traces) = dict.get_item(intern!(py, "device_traces"))? else {
         return Err(bad(
             "it has no 'device_traces': record with torch.cuda.memory._record_memory_history() \
              before taking it",
         ));
     };
-    let extra = extra(py, snapshot)?;
     let mut loader = Loader {
         py,
-        trace: Trace::new(extra.source),
+        trace: Trace::new(Source::Cuda),
         frames_by_object: IntMap::default(),
         stacks_by_list: IntMap::default(),
         scratch: Vec::new(),
     };
-    settings(py, snapshot, &mut loader.trace)?;
-    let end = loader.segments(snapshot.get_item(intern!(py, "segments"))?)?;
-    let start = match (&extra.start_segments, &extra.start_live) {
-        (Some(list), _) => Some(loader.segments(Some(list.clone()))?),
-        (None, Some(live)) => {
-            let mut segments = Vec::new();
-            for pair in live.try_iter()? {
-                let pair: Vec<u64> = pair?
-                    .extract()
-                    .map_err(|_| bad("'memlab_rs.start.live' holds [address, bytes] pairs"))?;
-                let [address, size] = pair[..] else {
-                    return Err(bad("'memlab_rs.start.live' holds [address, bytes] pairs"));
-                };
-                segments.push((0, cpu_segment(address, size)));
-            }
-            Some(segments)
-        }
-        (None, None) => None,
-    };
+    let parts = Parts::read(&mut loader, snapshot)?;
     for (device, entries) in traces
         .try_iter()
         .map_err(|_| bad("'device_traces' is not a list"))?
         .enumerate()
     {
-        let mut events = loader.events(&entries?)?;
-        let device = device as i32;
-        let mut start_layout = start.as_ref().map(|all| on(all, device));
-        if let (Some(t0), Source::Cuda) = (extra.start_time, extra.source) {
-            // Our recording starts at the snapshot entry its start layout left in the history.
-            let marker = extra
-                .start_marker
-                .as_deref()
-                .map(|m| loader.trace.string(m));
-            match events.iter().position(|e| {
-                e.action == Action::Snapshot
-                    && match marker {
-                        Some(tag) => e.tag == tag,
-                        None => e.time_us >= t0,
-                    }
-            }) {
-                Some(marker) => {
-                    events.drain(..=marker);
-                }
-                None if !events.is_empty()
-                    || start_layout.as_ref().is_some_and(|s| !s.is_empty()) =>
-                {
-                    loader.trace.notices.push(format!(
-                        "device {device}: the start of the recording is no longer in the history \
-                         (its ring buffer was full): allocations alive before the oldest entry \
-                         are inferred; raise max_entries"
-                    ));
-                    start_layout = None;
-                }
-                None => {}
-            }
-        }
-        let end_layout = on(&end, device);
-        if events.is_empty() && end_layout.is_empty() {
-            continue;
-        }
-        loader.trace.devices.push(DeviceTrace {
-            device,
-            events,
-            end: end_layout,
-            start: start_layout,
-            dropped: extra.dropped,
-        });
+        let events = loader.events(&entries?)?;
+        parts.add_device(&mut loader.trace, device as i32, events);
     }
-    if extra.dropped > 0 {
-        loader.trace.notices.push(format!(
-            "{} oldest entries were dropped by the recorder (max_entries reached)",
-            extra.dropped
-        ));
-    }
-    if extra.no_stack > 0 {
-        loader.trace.notices.push(format!(
-            "{} entries were made by threads with no Python stack (torch's worker threads)",
-            extra.no_stack
-        ));
-    }
+    parts.finish(&mut loader.trace);
     Ok(loader.trace)
-}
-
-fn on(all: &[(i32, Segment)], device: i32) -> Vec<Segment> {
-    all.iter()
-        .filter(|(d, _)| *d == device)
-        .map(|(_, s)| s.clone())
-        .collect()
-}
-
-fn cpu_segment(address: u64, size: u64) -> Segment {
-    Segment {
-        address,
-        total_size: size,
-        small: false,
-        expandable: false,
-        blocks: vec![Block {
-            address,
-            size,
-            requested: size,
-            state: BlockState::Allocated,
-            stack: NONE,
-        }],
-    }
 }

@@ -12,6 +12,8 @@ pub mod blocks;
 pub mod group;
 pub mod load;
 pub mod model;
+pub mod parts;
 pub mod peak;
+pub mod pickle_stream;
 pub mod report;
 pub mod timeline;
