@@ -1,7 +1,7 @@
 """Allocation tracing overhead: training-step time with ``memlab_rs.trace.Tracer`` on against
 off, side by side in one run, with torch's own allocation history alone as a reference.
 
-1. GPU (needs CUDA), the workloads of shared/GPU.md: GPT-2 (124M) AdamW at batch 8x512 and
+1. GPU (needs CUDA), the workloads of CONTRIBUTING.md: GPT-2 (124M) AdamW at batch 8x512 and
    1x64, ResNet-50 64x3x224x224 SGD with momentum. Variants:
      none                      nothing recording
      torch history alone       _record_memory_history("all", context="alloc", stacks="python")

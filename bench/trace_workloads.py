@@ -1,4 +1,4 @@
-"""The GPU workloads of the trace benchmarks (shared/GPU.md), built with random weights.
+"""The GPU workloads of the trace benchmarks (CONTRIBUTING.md), built with random weights.
 
 The same three as ``bench/line_profiler_overhead.py`` (which builds them inside a function,
 so they are rebuilt here): GPT-2 (124M) with AdamW at batch 8x512 and 1x64, ResNet-50 at
