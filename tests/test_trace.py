@@ -365,3 +365,19 @@ def test_module_view_with_tags_on_cpu():
     assert tags["forward:0"] == 32 * 256 * 4
     assert sum(tags.values()) == tr.result.max_mem("cpu")
     del loss
+
+
+def test_a_recording_from_the_gpu_machine_reports_here_as_it_did_there():
+    """tracer_gpt2_tiny.pickle: recorded by Tracer(tag_modules=True) on an H100 (torch 2.11,
+    capture.py --tracer), with the reports it printed there."""
+    with open(FIXTURES / "tracer_gpt2_tiny.pickle", "rb") as f:
+        recorded = pickle.load(f)
+    result = trace.load(recorded["snapshot"])
+    assert result.text() == recorded["text"]
+    assert result.module_text() == recorded["module_text"]
+    assert result.to_json() == recorded["json"]
+    assert result.max_mem("cuda:0") == recorded["facts"]["peak_allocated"]
+    assert result.notices("cuda:0") == []
+    modules = [r.location for r in result.module_rows(0)]
+    assert "forward:transformer.h.0.attn.c_attn" in modules
+    assert "optimizer:AdamW" in modules
