@@ -381,3 +381,29 @@ def test_a_recording_from_the_gpu_machine_reports_here_as_it_did_there():
     modules = [r.location for r in result.module_rows(0)]
     assert "forward:transformer.h.0.attn.c_attn" in modules
     assert "optimizer:AdamW" in modules
+
+
+def test_jupyter_html_is_a_table_per_view_with_exact_bytes():
+    from html.parser import HTMLParser
+
+    snapshot, facts = fixture("gpt2_tiny")
+    result = trace.load(as_recorded(snapshot, facts))
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.titles, self.text = 0, [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tables += tag == "table"
+            self.titles += [v for k, v in attrs if k == "title"]
+
+        def handle_data(self, data):
+            self.text.append(data)
+
+    parser = Cells()
+    parser.feed(result._repr_html_())
+    assert parser.tables >= 1
+    row_bytes = [int(t.split()[0]) for t in parser.titles if t.endswith(" bytes")]
+    assert row_bytes[: len(result.rows(0))] == [r.bytes for r in result.rows(0)]
+    assert f"{facts['peak_allocated']} bytes" in "".join(parser.text)
