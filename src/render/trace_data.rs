@@ -85,7 +85,7 @@ pub fn json(report: &Report) -> String {
         .devices
         .iter()
         .map(|d| {
-            let notices: Vec<String> = report.trace.notices.iter().chain(&d.notices).map(|n| string(n)).collect();
+            let notices: Vec<String> = report.notices(d).iter().map(|n| string(n)).collect();
             format!(
                 "{{\"device\":{},\"max_mem\":{},\"total_allocated\":{},\"start_allocated\":{},\"end_allocated\":{},\"peak_time_us\":{},\"locations\":{},\"modules\":{},\"notices\":[{}]}}",
                 string(&report.device_name(d.device)),

@@ -60,8 +60,8 @@ pub fn render(report: &Report) -> String {
         {
             table(&mut out, &format!("{name}: by module"), "Module", &d.tags);
         }
-        for notice in report.trace.notices.iter().chain(&d.notices) {
-            out.push_str(&format!("<p><i>Note: {}</i></p>", escape(notice)));
+        for notice in report.notices(d) {
+            out.push_str(&format!("<p><i>Note: {}</i></p>", escape(&notice)));
         }
     }
     out.push_str("</div>");

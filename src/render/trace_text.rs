@@ -47,14 +47,19 @@ fn rows(out: &mut String, header: &str, rows: &[Row]) {
 }
 
 fn notices(out: &mut String, report: &Report, device: &DeviceReport) {
-    for notice in report.trace.notices.iter().chain(&device.notices) {
+    for notice in report.notices(device) {
         out.push_str(&format!("Note: {notice}\n"));
     }
 }
 
-/// `Max mem`, `Total mem allocated` and one row per location alive at the peak. With more
-/// than one device, each section starts with `Device: cuda:N`.
-pub fn peak_table(report: &Report) -> String {
+/// One section per device (headed `Device: cuda:N` when there are several): `Max mem`,
+/// `Total mem allocated` when `total` asks for it, then `header` and the rows `pick` gives.
+fn sections(
+    report: &Report,
+    total: bool,
+    header: &str,
+    pick: impl Fn(&DeviceReport) -> &[Row],
+) -> String {
     let mut out = String::new();
     let several = report.devices.len() > 1;
     for device in &report.devices {
@@ -62,15 +67,13 @@ pub fn peak_table(report: &Report) -> String {
             out.push_str(&format!("Device: {}\n", report.device_name(device.device)));
         }
         out.push_str(&format!("Max mem: {}\n", readable(device.peak.max_bytes)));
-        out.push_str(&format!(
-            "Total mem allocated: {}\n",
-            readable(device.peak.total_allocated)
-        ));
-        rows(
-            &mut out,
-            "Mem, Cumulative Mem, Median, Count, Location",
-            &device.rows,
-        );
+        if total {
+            out.push_str(&format!(
+                "Total mem allocated: {}\n",
+                readable(device.peak.total_allocated)
+            ));
+        }
+        rows(&mut out, header, pick(device));
         notices(&mut out, report, device);
     }
     if report.devices.is_empty() {
@@ -82,23 +85,25 @@ pub fn peak_table(report: &Report) -> String {
     out
 }
 
+/// `Max mem`, `Total mem allocated` and one row per location alive at the peak. With more
+/// than one device, each section starts with `Device: cuda:N`.
+pub fn peak_table(report: &Report) -> String {
+    sections(
+        report,
+        true,
+        "Mem, Cumulative Mem, Median, Count, Location",
+        |d| &d.rows,
+    )
+}
+
 /// The same live set by module and phase (`phase:module path`).
 pub fn module_table(report: &Report) -> String {
-    let mut out = String::new();
-    let several = report.devices.len() > 1;
-    for device in &report.devices {
-        if several {
-            out.push_str(&format!("Device: {}\n", report.device_name(device.device)));
-        }
-        out.push_str(&format!("Max mem: {}\n", readable(device.peak.max_bytes)));
-        rows(
-            &mut out,
-            "Mem, Cumulative Mem, Median, Count, Module",
-            &device.tags,
-        );
-        notices(&mut out, report, device);
-    }
-    out
+    sections(
+        report,
+        false,
+        "Mem, Cumulative Mem, Median, Count, Module",
+        |d| &d.tags,
+    )
 }
 
 #[cfg(test)]

@@ -80,15 +80,7 @@ impl TraceAnalysis {
 
     /// Why the result may be incomplete: the whole trace's notices, then the device's.
     fn notices(&self, device: i32) -> PyResult<Vec<String>> {
-        let d = self.device(device)?;
-        Ok(self
-            .report
-            .trace
-            .notices
-            .iter()
-            .chain(&d.notices)
-            .cloned()
-            .collect())
+        Ok(self.report.notices(self.device(device)?))
     }
 
     /// The peak figures of one device.
@@ -189,15 +181,7 @@ impl TraceAnalysis {
         out.set_item("layers", t.layers)?;
         out.set_item("peak_index", t.peak_index)?;
         out.set_item("peak_bytes", t.peak_bytes)?;
-        let notices: Vec<String> = self
-            .report
-            .trace
-            .notices
-            .iter()
-            .chain(&d.notices)
-            .cloned()
-            .collect();
-        out.set_item("notices", notices)?;
+        out.set_item("notices", self.report.notices(d))?;
         Ok(out)
     }
 }

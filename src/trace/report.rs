@@ -32,6 +32,16 @@ impl Report {
         }
     }
 
+    /// Why a device's result may be incomplete: the whole trace's notices, then its own.
+    pub fn notices(&self, device: &DeviceReport) -> Vec<String> {
+        self.trace
+            .notices
+            .iter()
+            .chain(&device.notices)
+            .cloned()
+            .collect()
+    }
+
     pub fn find(&self, device: i32) -> Option<&DeviceReport> {
         self.devices.iter().find(|d| d.device == device)
     }
