@@ -280,6 +280,22 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     fig.savefig(os.fspath(path), dpi=dpi)
 
 
+def _mib_pairs(items: Any, parameter: str, noun: str) -> list[tuple[str, float]]:
+    """``items`` as (name, MiB) pairs with finite sizes; a TypeError or ValueError naming
+    ``parameter`` (or the ``noun`` of the bad item) otherwise."""
+    pairs = []
+    for item in items:
+        try:
+            name, mib = item
+            mib = float(mib)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{parameter} must hold (name, MiB) pairs, got {item!r:.60}") from error
+        if not math.isfinite(mib):
+            raise ValueError(f"{noun} {name!r} has {mib} MiB; sizes must be finite numbers")
+        pairs.append((str(name), mib))
+    return pairs
+
+
 def keyword_plot_png(
     groups: Sequence[tuple[str, float]], expected_mib: float, path: PathLike, *, dpi: int = 100
 ) -> None:
@@ -293,16 +309,7 @@ def keyword_plot_png(
     >>> keyword_plot_png([("attn", 300.0), ("mlp", 500.0), ("Others", 40.0),
     ...                   ("Untrackable", 160.0)], 1000.0, "groups.png")  # doctest: +SKIP
     """
-    checked = []
-    for item in groups:
-        try:
-            name, mib = item
-            mib = float(mib)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"groups must hold (name, MiB) pairs, got {item!r:.60}") from error
-        if not math.isfinite(mib):
-            raise ValueError(f"group {name!r} has {mib} MiB; sizes must be finite numbers")
-        checked.append((str(name), mib))
+    checked = _mib_pairs(groups, "groups", "group")
     expected = float(expected_mib)
     if not math.isfinite(expected) or expected < 0:
         raise ValueError(f"expected_mib must be a finite number >= 0, got {expected_mib!r}")
@@ -384,16 +391,7 @@ def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
-    entries = []
-    for item in rows:
-        try:
-            name, mib = item
-            mib = float(mib)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"rows must hold (name, MiB) pairs, got {item!r:.60}") from error
-        if not math.isfinite(mib):
-            raise ValueError(f"entry {name!r} has {mib} MiB; sizes must be finite numbers")
-        entries.append((str(name), mib))
+    entries = _mib_pairs(rows, "rows", "entry")
     total = sum(m for _, m in entries if m > 0)
     top = sorted(entries, key=lambda e: -e[1])[:n]
     lines = [
