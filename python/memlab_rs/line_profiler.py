@@ -278,15 +278,17 @@ class LineProfiler:
         checked = self._checked_columns(columns)
         extra = None
         if PEAK_LIVE in checked:
-            extra = {PEAK_LIVE: [self._peak_live_lines(codes[i]) for i in selected]}
+            per_line = self._peak_live_by_line()
+            files = [codes[i].co_filename for i in selected]
+            maps = [{ln: n for (f, ln), n in per_line.items() if f == file} for file in files]
+            extra = {PEAK_LIVE: maps}
         return LineRecordsDisplay(self._collector.report(list(checked), selected, sources, extra))
 
-    def _peak_live_lines(self, code: types.CodeType) -> dict[int, int]:
-        """{line: bytes} of ``code``'s lines alive at the peak of the traced region."""
+    def _peak_live_by_line(self) -> dict[tuple[str, int], int]:
+        """{(file, line): bytes} alive at the peak of the traced region (one analysis)."""
         if self.trace_result is None or not self.trace_result.devices:
             return {}
-        per_line = self.trace_result.line_peak_live(self.trace_result.devices[0])
-        return {line: n for (file, line), n in per_line.items() if file == code.co_filename}
+        return self.trace_result.line_peak_live(self.trace_result.devices[0])
 
     def _checked_columns(self, columns: Any = None) -> tuple[str, ...]:
         """``columns`` checked against what this profiler's source has (every column it
