@@ -13,7 +13,9 @@ figure from one tool can be read next to the other's.
 - ``other``: everything else the allocator holds (inputs, targets, the loss, tensors of
   other models, memory allocated before monitoring began).
 
-A storage belongs to one category only, the first of this order that claims it.
+A storage belongs to one category only. Precedence: parameter, buffer, gradient,
+optimizer state, activation (a parameter saved for backward stays a parameter);
+``temporary`` and ``other`` are what is left, split by when it was allocated.
 """
 
 from __future__ import annotations
