@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,3 +50,29 @@ def run_script(
 @pytest.fixture
 def script():
     return run_script
+
+
+def _wait_child(pid: int, timeout: int = 60) -> int:
+    """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
+
+    def expired(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(timeout)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except TimeoutError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"forked child {pid} did not end within {timeout} s (deadlock)")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def wait_child():
+    """``wait_child(pid, timeout=60)``: the exit status of a forked child, failing the test
+    (and killing the child) if it has not ended by then."""
+    return _wait_child

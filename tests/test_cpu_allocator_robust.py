@@ -87,25 +87,6 @@ def fork_running(checks, **kwargs) -> int:
     return pid
 
 
-def wait_child(pid: int, timeout: int = 60) -> int:
-    """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
-
-    def expired(*_):
-        raise TimeoutError
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(timeout)
-    try:
-        return os.waitpid(pid, 0)[1]
-    except TimeoutError:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail(f"forked child {pid} did not end within {timeout} s (deadlock)")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 # --- threads started inside a profiled function ------------------------------------
 
 
@@ -218,7 +199,7 @@ def forked_child_checks(start_own: bool) -> int:
 
 
 @fork_with_threads
-def test_1000_forks_while_other_threads_allocate_through_the_hook():
+def test_1000_forks_while_other_threads_allocate_through_the_hook(wait_child):
     forks, workers = 1000, 2
     stop, calls = threading.Event(), []
     kept = []

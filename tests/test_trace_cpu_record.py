@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import re
-import signal
 import sys
 import threading
 import warnings
@@ -565,25 +564,6 @@ def test_a_keyboard_interrupt_inside_traced_code_leaves_nothing_installed_after_
 # --- fork --------------------------------------------------------------------------------------
 
 
-def wait_child(pid: int, timeout: int = 60) -> int:
-    """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
-
-    def expired(*_):
-        raise TimeoutError
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(timeout)
-    try:
-        return os.waitpid(pid, 0)[1]
-    except TimeoutError:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail(f"forked child {pid} did not end within {timeout} s (deadlock)")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 # Bits of a forked child's exit status: which check failed.
 STILL_TRACING, STOP_WORKED, HOOK_LEFT, OWN_TRACE_WRONG, RAISED = 1, 2, 4, 8, 16
 CHILD_BYTES = 7 * 4096 + 24
@@ -627,7 +607,7 @@ def fork_running(alone: bool) -> int:
 
 
 @fork_with_threads
-def test_fork_while_tracing_and_other_threads_allocate():
+def test_fork_while_tracing_and_other_threads_allocate(wait_child):
     stop, calls = threading.Event(), {}
     threads = [threading.Thread(target=churn_until, args=(stop, calls, 4096)) for _ in range(2)]
     kept = []
@@ -658,7 +638,7 @@ def test_fork_while_tracing_and_other_threads_allocate():
 
 
 @fork_with_threads
-def test_fork_while_a_line_profiler_also_counts():
+def test_fork_while_a_line_profiler_also_counts(wait_child):
     # The child keeps nothing of the parent's trace; the line profiler's own handler
     # releases its use of the hook, so the child ends with nothing installed.
     with LineProfiler(churn, device="cpu"):
