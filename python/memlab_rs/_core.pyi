@@ -81,16 +81,20 @@ def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) ->
     """Walk gc and build a report of every tensor Python can reach."""
 
 # gc_walk/
-def tracked_tensors(held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+def tracked_tensors(
+    held: Sequence[Any] = ..., resume: bool = ...
+) -> tuple[list[Any], str, str | None]:
     """Every tensor the gc walk finds, the walk's strategy, and why it may be incomplete."""
 
-def _instances_of(cls: type, held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+def _instances_of(
+    cls: type, held: Sequence[Any] = ..., resume: bool = ...
+) -> tuple[list[Any], str, str | None]:
     """Every live instance of ``cls`` the gc walk finds (the walk without torch, for tests)."""
 
 def _gc_callback(phase: str, info: dict[str, Any]) -> None:
     """The ``gc.callbacks`` entry that counts collections for the walk."""
 
-def _gc_watch_state() -> tuple[int, bool, bool]:
+def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
 
 @final
