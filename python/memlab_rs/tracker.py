@@ -13,7 +13,7 @@ import gc
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 import torch
 
