@@ -9,6 +9,7 @@ pub mod reporter;
 pub mod size;
 pub mod stats;
 pub mod trace;
+pub mod tracker;
 
 use pyo3::prelude::*;
 
@@ -28,6 +29,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
     m.add_class::<reporter::ReportTable>()?;
+    m.add_class::<tracker::TrackerCore>()?;
+    m.add_function(wrap_pyfunction!(tracker::render_tracker_block, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<render::line::LineReportView>()?;

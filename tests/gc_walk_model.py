@@ -37,6 +37,11 @@ def parse():
     p.add_argument("--sequences", type=int, default=100)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="ask the walk to resume from the last one (the tracker's walk; 3.12/3.13 too)",
+    )
     return p.parse_args()
 
 
@@ -79,7 +84,7 @@ def main():
             return torch.empty(1)
 
         def walk(held):
-            result = _core.tracked_tensors(held)
+            result = _core.tracked_tensors(held, args.resume)
             return result[0], result[1]
 
     else:
@@ -87,7 +92,7 @@ def main():
         make = Node
 
         def walk(held):
-            result = _core._instances_of(Node, held)
+            result = _core._instances_of(Node, held, args.resume)
             return result[0], result[1]
 
     state = {"walks": 0, "strategies": set(), "registering": False}
@@ -164,7 +169,7 @@ def main():
         state["walk_in_callbacks"] = False
         for step in range(args.steps):
             where = f"sequence {sequence}, step {step}"
-            op = rng.randrange(13)
+            op = rng.randrange(15)
             if op == 0:
                 live.append([new() for _ in range(rng.randrange(1, 6))])
             elif op == 1 and live:
@@ -204,6 +209,24 @@ def main():
                 state["walk_in_callbacks"] = rng.random() < 0.5
             elif op == 11 and resurrected:
                 resurrected.pop()
+            elif op == 12:
+                # The sentinel into generation 2, then new objects ahead of it through a
+                # freeze and an unfreeze (with or without a collection between).
+                live.append(new())
+                gc.collect(1)
+                live.append([new() for _ in range(rng.randrange(1, 4))])
+                gc.collect(0) if rng.random() < 0.5 else None
+                gc.freeze()
+                live.append(new())
+                if rng.random() < 0.5:
+                    gc.collect(rng.randrange(3))
+                gc.unfreeze()
+                frozen = False
+            elif op == 13:
+                # Generation 0 collections only: the sentinel moves to generation 1.
+                live.append(new())
+                gc.collect(0)
+                live.append(new())
             held = [o for o in live if isinstance(o, base)][: rng.randrange(4)]
             if rng.random() < 0.35:
                 check(where, held)

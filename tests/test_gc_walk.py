@@ -47,6 +47,16 @@ def test_model_of_plain_objects_thousands_of_sequences():
     assert IN_PLACE in out and "gc.get_objects()" in out
 
 
+def test_model_of_plain_objects_resuming_as_the_tracker_does():
+    # The tracker's walk: resumes from the last walk on 3.12/3.13 too. Sequences include
+    # collections of generation 0 only (the sentinel moves to generation 1 and is resumed
+    # from), generation 1 then freeze/unfreeze (the case a generation-2 resume would miss).
+    out = run_model("--kind", "node", "--sequences", "1500", "--seed", "20261122", "--resume")
+    assert out.startswith("OK ")
+    if sys.version_info < (3, 14):
+        assert "gc generation lists, since the last walk" in out
+
+
 def test_model_of_tensors():
     out = run_model("--kind", "tensor", "--sequences", "60", "--seed", "3")
     assert out.startswith("OK ") and IN_PLACE in out

@@ -16,6 +16,7 @@ from .profile import (
     set_target_gpu,
 )
 from .reporter import MemoryReport, MemReporter, TensorRow
+from .tracker import MemTracker, TrackResult, TrackRow
 
 __all__ = [
     "Courtesy",
@@ -24,9 +25,12 @@ __all__ = [
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
+    "MemTracker",
     "MemoryReport",
     "RestoreReport",
     "TensorRow",
+    "TrackResult",
+    "TrackRow",
     "YieldReport",
     "clear_global_line_profiler",
     "global_line_profiler",

@@ -18,6 +18,7 @@ __all__ = [
     "ReportTable",
     "ThreadTracer",
     "TraceAnalysis",
+    "TrackerCore",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -60,6 +61,7 @@ __all__ = [
     "driver_available",
     "driver_device_memory",
     "readable_size",
+    "render_tracker_block",
     "tracked_tensors",
 ]
 __version__: str
@@ -81,17 +83,39 @@ def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) ->
     """Walk gc and build a report of every tensor Python can reach."""
 
 # gc_walk/
-def tracked_tensors(held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+def tracked_tensors(
+    held: Sequence[Any] = ..., resume: bool = ...
+) -> tuple[list[Any], str, str | None]:
     """Every tensor the gc walk finds, the walk's strategy, and why it may be incomplete."""
 
-def _instances_of(cls: type, held: Sequence[Any] = ...) -> tuple[list[Any], str, str | None]:
+def _instances_of(
+    cls: type, held: Sequence[Any] = ..., resume: bool = ...
+) -> tuple[list[Any], str, str | None]:
     """Every live instance of ``cls`` the gc walk finds (the walk without torch, for tests)."""
 
 def _gc_callback(phase: str, info: dict[str, Any]) -> None:
     """The ``gc.callbacks`` entry that counts collections for the walk."""
 
-def _gc_watch_state() -> tuple[int, bool, bool]:
+def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
+
+@final
+class TrackerCore:
+    """The tensor diff tracker's state: the groups of the last call, no tensor."""
+
+    def __init__(self, device: str) -> None: ...
+    def track(self, named: Sequence[tuple[Any, str]]) -> dict[str, Any]: ...
+    def reset(self) -> None: ...
+
+def render_tracker_block(
+    rows: Sequence[dict[str, Any]],
+    detail: bool,
+    place: str,
+    tensor_bytes: int,
+    allocated_bytes: int,
+    stamp: str | None = ...,
+) -> str:
+    """One track()'s log text in the original's layout (header first when ``stamp``)."""
 
 @final
 class ReportTable:

@@ -5,9 +5,10 @@
 //!   callback of another tool may be the code asking for the walk). During a collection the
 //!   collector keeps objects in lists of its own, on its C stack, linked into nothing we know;
 //!   following such a link reads garbage. So a walk then uses `gc.get_objects()`.
-//! - which generations were collected since the last walk: a walk that resumes from a
-//!   sentinel is only exact if no collection reordered the lists in a way that can put a new
-//!   object ahead of the sentinel (see `lists::Resume`).
+//! - where the last walk's sentinel is now, given the collections since: a walk that resumes
+//!   from the sentinel is only exact if no collection reordered the lists in a way that can
+//!   put a new object ahead of it. The callback follows the sentinel's generation through
+//!   each collection it sees (`advance`; the argument is in `lists`' module docs).
 //!
 //! Our callback is appended to `gc.callbacks` when `memlab_rs._core` is imported, so it has
 //! seen every collection that could matter to a walk. It is cheap (a few atomic updates per
@@ -24,29 +25,47 @@ use pyo3::types::PyList;
 
 /// Collections under way: `start` minus `stop` callbacks seen (never below zero).
 static DEPTH: AtomicU32 = AtomicU32::new(0);
-/// Collections seen since the last in-place walk: `GEN0` and/or `OLDER` bits.
-static SINCE: AtomicU8 = AtomicU8::new(0);
+/// The sentinel's simulated generation (bits 0-1) and `BROKEN` (bit 2), since it was placed.
+static SENTINEL: AtomicU8 = AtomicU8::new(0);
 /// The callback object we appended to `gc.callbacks`, to find it there again.
 static CALLBACK: Mutex<Option<Py<PyAny>>> = Mutex::new(None);
 
-const GEN0: u8 = 1;
-const OLDER: u8 = 2;
+const BROKEN: u8 = 4;
+const GENERATION: u8 = 3;
 
-/// Which collections happened between two in-place walks.
+/// What the collections since the sentinel was placed did to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Since {
-    /// At least one collection of generation 0 alone.
-    pub gen0: bool,
-    /// A collection of generation 1 or 2, or a time we could not watch (the callback was
-    /// missing): anything may have been reordered.
-    pub older: bool,
+    /// The generation the sentinel must be in now (0, 1 or 2).
+    pub generation: u8,
+    /// A collection may have put an object newer than the sentinel ahead of it, or we could
+    /// not watch (the callback was missing, the generation was not reported).
+    pub broken: bool,
+}
+
+/// The sentinel's state after a collection of generation `collected` (None: unknown) starts,
+/// given its state before. CPython 3.9-3.13 `gc_collect_main`: generations 0..k-1 are
+/// appended, youngest first, to generation k; survivors of k go to k+1 (k < 2). A sentinel
+/// in a generation older than k is not touched; one in k, or in 0, keeps every newer object
+/// after it and moves on to min(k+1, 2); one in 1..k-1 sees generation 0 land ahead of it.
+pub fn advance(state: u8, collected: Option<u8>) -> u8 {
+    let s = state & GENERATION;
+    match collected {
+        _ if state & BROKEN != 0 => state,
+        Some(k) if k > 2 => BROKEN,
+        None => BROKEN,
+        Some(k) if s > k => state,
+        Some(k) if s >= 1 && s < k => BROKEN,
+        Some(k) => (k + 1).min(2),
+    }
 }
 
 /// Record a collection's start or stop; called by `_gc_callback` (and by unit tests).
 pub fn observe(start: bool, generation: i64) {
     if start {
         DEPTH.fetch_add(1, SeqCst);
-        SINCE.fetch_or(if generation == 0 { GEN0 } else { OLDER }, SeqCst);
+        let collected = u8::try_from(generation).ok();
+        let _ = SENTINEL.fetch_update(SeqCst, SeqCst, |s| Some(advance(s, collected)));
     } else {
         let _ = DEPTH.fetch_update(SeqCst, SeqCst, |d| Some(d.saturating_sub(1)));
     }
@@ -57,14 +76,14 @@ pub fn collecting() -> bool {
     DEPTH.load(SeqCst) > 0
 }
 
-/// What happened since the last call, and start counting afresh. Call it right before the
-/// lists are read and right after the new resume point is placed, with no Python code run
-/// in between, so that every later collection is seen by the next walk.
+/// Where the sentinel must be, and start afresh with a sentinel at the tail of generation 0.
+/// Call it right before the lists are read and right after the new sentinel is placed, with
+/// no Python code run in between, so that every later collection is seen by the next walk.
 pub fn take_since() -> Since {
-    let bits = SINCE.swap(0, SeqCst);
+    let bits = SENTINEL.swap(0, SeqCst);
     Since {
-        gen0: bits & GEN0 != 0,
-        older: bits & OLDER != 0,
+        generation: bits & GENERATION,
+        broken: bits & BROKEN != 0,
     }
 }
 
@@ -90,7 +109,7 @@ pub fn watch(py: Python<'_>) -> PyResult<bool> {
     *ours = Some(callback);
     // We did not see what happened while we were not there.
     DEPTH.store(0, SeqCst);
-    SINCE.fetch_or(OLDER, SeqCst);
+    SENTINEL.fetch_or(BROKEN, SeqCst);
     Ok(false)
 }
 
@@ -111,16 +130,16 @@ pub fn _gc_callback(phase: &Bound<'_, PyAny>, info: &Bound<'_, PyAny>) {
     let generation = info
         .get_item(intern!(py, "generation"))
         .and_then(|g| g.extract::<i64>())
-        .unwrap_or(2); // unknown: assume the worst
+        .unwrap_or(-1); // unknown: assume the worst
     observe(start, generation);
 }
 
-/// (collections under way, generation-0 and older collections seen since the last walk):
-/// for tests.
+/// (collections under way, the sentinel's simulated generation, whether a collection may
+/// have put a newer object ahead of it): for tests.
 #[pyfunction]
-pub fn _gc_watch_state() -> (u32, bool, bool) {
-    let bits = SINCE.load(SeqCst);
-    (DEPTH.load(SeqCst), bits & GEN0 != 0, bits & OLDER != 0)
+pub fn _gc_watch_state() -> (u32, u8, bool) {
+    let bits = SENTINEL.load(SeqCst);
+    (DEPTH.load(SeqCst), bits & GENERATION, bits & BROKEN != 0)
 }
 
 #[cfg(test)]
@@ -138,28 +157,45 @@ mod tests {
         take_since();
         observe(true, 0);
         observe(false, 0);
-        assert_eq!(
-            take_since(),
-            Since {
-                gen0: true,
-                older: false
-            }
-        );
+        let one = Since {
+            generation: 1,
+            broken: false,
+        };
+        assert_eq!(take_since(), one);
         observe(true, 2);
         observe(false, 2);
-        assert_eq!(
-            take_since(),
-            Since {
-                gen0: false,
-                older: true
-            }
-        );
-        assert_eq!(
-            take_since(),
-            Since {
-                gen0: false,
-                older: false
-            }
-        );
+        let two = Since {
+            generation: 2,
+            broken: false,
+        };
+        assert_eq!(take_since(), two);
+        let zero = Since {
+            generation: 0,
+            broken: false,
+        };
+        assert_eq!(take_since(), zero);
+        observe(true, -1); // generation not reported
+        assert!(take_since().broken);
+    }
+
+    #[test]
+    fn the_sentinel_follows_the_collections() {
+        // From generation 0, any collection keeps newer objects after the sentinel.
+        assert_eq!(advance(0, Some(0)), 1);
+        assert_eq!(advance(0, Some(1)), 2);
+        assert_eq!(advance(0, Some(2)), 2);
+        // In generation 1: a collection of 0 leaves it, of 1 takes it on, of 2 breaks it
+        // (generation 0 is appended to generation 2 before generation 1).
+        assert_eq!(advance(1, Some(0)), 1);
+        assert_eq!(advance(1, Some(1)), 2);
+        assert_eq!(advance(1, Some(2)), BROKEN);
+        // In generation 2 every collection appends after it.
+        for k in 0..3 {
+            assert_eq!(advance(2, Some(k)), 2);
+        }
+        // Broken stays broken; unknown generations break.
+        assert_eq!(advance(BROKEN, Some(0)), BROKEN);
+        assert_eq!(advance(0, None), BROKEN);
+        assert_eq!(advance(0, Some(3)), BROKEN);
     }
 }

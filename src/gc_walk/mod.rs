@@ -11,7 +11,9 @@
 //!    generations, which are consistent, so the objects being collected are not listed, and
 //!    the result says so.
 //! 2. CPython 3.12+: the interpreter's own visitor, `PyUnstable_GC_VisitObjects`
-//!    (`visitor`). It leaves out the frozen objects of `gc.freeze()`, as `gc.get_objects()`
+//!    (`visitor`); on 3.12 and 3.13, callers that walk again and again (the tensor diff
+//!    tracker) ask to `resume` from the last walk as on 3.9-3.11, the visitor then serving
+//!    the full walks. It leaves out the frozen objects of `gc.freeze()`, as `gc.get_objects()`
 //!    does; no official API lists them, so on 3.9-3.13 they are read from the permanent list
 //!    in place (`lists::frozen_objects`, checked), on every path, and elsewhere a report says
 //!    that frozen objects were not searched.
@@ -64,11 +66,14 @@ pub struct Walk<'py> {
 }
 
 /// Every tracked object whose type is `base` or a subtype, as new references. `held` lists
-/// objects the caller keeps alive (good start points for the list walk).
+/// objects the caller keeps alive (good start points for the list walk). `resume`: on
+/// CPython 3.12 and 3.13, read only what changed since the last walk when that is exact
+/// (3.9-3.11 always do).
 pub fn instances<'py>(
     py: Python<'py>,
     held: &[*mut ffi::PyObject],
     base: *mut ffi::PyTypeObject,
+    resume: bool,
 ) -> PyResult<Walk<'py>> {
     let (minor, free_threaded) = interpreter(py)?;
     let sys = py.import("sys")?;
@@ -84,7 +89,7 @@ pub fn instances<'py>(
     if !in_place || sys.call_method0("is_finalizing")?.is_truthy()? {
         return get_objects(py, base, minor, None);
     }
-    if minor >= 12 {
+    if minor >= 12 && !(resume && minor <= 13) {
         let mut types = SubtypeCache::new(base);
         let mut found = Vec::new();
         // SAFETY: only ever asked about the types of live objects.
@@ -110,7 +115,12 @@ pub fn instances<'py>(
             incomplete,
         });
     }
-    match lists::walk(py, held, base) {
+    let full = if minor >= 12 {
+        lists::FullWalk::Visitor
+    } else {
+        lists::FullWalk::Lists
+    };
+    match lists::walk(py, held, base, full) {
         Some((objects, walked)) => Ok(Walk {
             objects,
             strategy: match walked {
@@ -248,11 +258,15 @@ impl SubtypeCache {
 /// >>> any(t is x for t in found)
 /// True
 #[pyfunction]
-#[pyo3(signature = (held=Vec::new()))]
-pub fn tracked_tensors<'py>(py: Python<'py>, held: Vec<Bound<'py, PyAny>>) -> PyResult<Found<'py>> {
+#[pyo3(signature = (held=Vec::new(), resume=false))]
+pub fn tracked_tensors<'py>(
+    py: Python<'py>,
+    held: Vec<Bound<'py, PyAny>>,
+    resume: bool,
+) -> PyResult<Found<'py>> {
     let base = py.import("torch")?.getattr("_C")?.getattr("TensorBase")?;
     let base = base.cast_into::<PyType>()?;
-    walk_for(py, &base, held)
+    walk_for(py, &base, held, resume)
 }
 
 /// Every live instance of `cls` (or of a subclass) the collector tracks, found the way
@@ -265,21 +279,23 @@ pub fn tracked_tensors<'py>(py: Python<'py>, held: Vec<Bound<'py, PyAny>>) -> Py
 /// >>> sorted(map(id, found)) == sorted(map(id, keep))
 /// True
 #[pyfunction]
-#[pyo3(signature = (cls, held=Vec::new()))]
+#[pyo3(signature = (cls, held=Vec::new(), resume=false))]
 pub fn _instances_of<'py>(
     py: Python<'py>,
     cls: Bound<'py, PyType>,
     held: Vec<Bound<'py, PyAny>>,
+    resume: bool,
 ) -> PyResult<Found<'py>> {
-    walk_for(py, &cls, held)
+    walk_for(py, &cls, held, resume)
 }
 
 fn walk_for<'py>(
     py: Python<'py>,
     base: &Bound<'py, PyType>,
     held: Vec<Bound<'py, PyAny>>,
+    resume: bool,
 ) -> PyResult<Found<'py>> {
     let held: Vec<*mut ffi::PyObject> = held.iter().map(|o| o.as_ptr()).collect();
-    let walk = instances(py, &held, base.as_type_ptr())?;
+    let walk = instances(py, &held, base.as_type_ptr(), resume)?;
     Ok((walk.objects, walk.strategy.name(), walk.incomplete))
 }

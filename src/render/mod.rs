@@ -10,3 +10,4 @@ pub mod trace_data;
 pub mod trace_html;
 pub mod trace_text;
 pub mod trace_timeline;
+pub mod tracker_text;

@@ -46,7 +46,7 @@ pub fn collect_report(
 ) -> PyResult<ReportTable> {
     let torch = py.import("torch")?;
     let mut reader = facts::FactReader::new(facts::TorchHandles::new(&torch)?);
-    let (facts, stats) = walk::collect_facts(py, &mut reader, named, pre_collect)?;
+    let (facts, stats) = walk::collect_facts(py, &mut reader, named, pre_collect, false)?;
     Ok(ReportTable {
         sections: table::build_sections(facts),
         stats,

@@ -29,12 +29,13 @@ pub struct WalkStats {
 
 /// Walk gc and return facts for every reachable tensor. `named` holds (tensor, name) pairs
 /// that take precedence over gc order and numbering. References taken here are dropped on
-/// return: only plain records leave this function.
+/// return: only plain records leave this function. `resume`: see `gc_walk::instances`.
 pub fn collect_facts<'py>(
     py: Python<'py>,
     reader: &mut FactReader<'py>,
     named: Vec<(Bound<'py, PyAny>, String)>,
     pre_collect: bool,
+    resume: bool,
 ) -> PyResult<(Vec<TensorFacts>, WalkStats)> {
     if pre_collect {
         py.import("gc")?.call_method0("collect")?;
@@ -52,7 +53,7 @@ pub fn collect_facts<'py>(
     // Objects we hold are alive and tracked: good places to start walking from.
     let held: Vec<*mut ffi::PyObject> = order.iter().map(|(t, _)| t.as_ptr()).collect();
     let started = Instant::now();
-    let walk = gc_walk::instances(py, &held, base)?;
+    let walk = gc_walk::instances(py, &held, base, resume)?;
     let walk_seconds = started.elapsed().as_secs_f64();
     let started = Instant::now();
     for tensor in walk.objects {

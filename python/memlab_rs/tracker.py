@@ -1,0 +1,210 @@
+"""MemTracker: which tensors appeared and vanished between two calls, at the caller's line.
+
+A drop-in for Pytorch-Memory-Utils' ``gpu_mem_track.MemTracker`` (same arguments, log file
+and layout) with exact numbers: storage bytes as the allocator holds them, each storage
+once, views not counted twice. From the second call on, the gc walk resumes from the last
+one (``memlab_rs._core.TrackerCore``), so a call costs about what changed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Union
+
+import torch
+
+from . import _core, _torch
+
+DeviceLike = Union[torch.device, str, int]
+
+
+@dataclass(frozen=True)
+class TrackRow:
+    """One ``+``/``-`` line: tensors of one (type, shape, dtype) that appeared or vanished."""
+
+    sign: str
+    count: int
+    shape: str
+    dtype: str
+    #: Bytes of the storages that appeared (or vanished) with them, each storage once.
+    bytes: int
+    #: ``str(type(tensor))``, e.g. ``<class 'torch.nn.parameter.Parameter'>``.
+    type: str
+    #: The model's names of the tensors that appeared (or vanished), when a model is given.
+    names: tuple[str, ...] = ()
+    #: The row as written to the log.
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class TrackResult:
+    """What one ``track()`` found: the diff rows and the totals, plain data."""
+
+    rows: list[TrackRow]
+    #: Bytes of every storage on the device, each once.
+    total_bytes: int
+    #: ``torch.cuda.memory_allocated(device)``; on CPU the same as ``total_bytes``.
+    allocated_bytes: int
+    #: Live tensors on the device.
+    tensors: int
+    #: Where ``track()`` was called: ``file line N: function``.
+    where: str
+    #: How the gc walk found them (``..., since the last walk`` when it resumed).
+    strategy: str
+    #: Why the result may miss tensors, or None.
+    incomplete: str | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _parse_device(device: DeviceLike) -> str:
+    if isinstance(device, bool):
+        raise TypeError("device must be a CUDA index, 'cuda:N', 'cpu' or a torch.device")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device={device} is not a CUDA index; use 0, 1, ... or 'cpu'")
+        dev = torch.device("cuda", device)
+    elif isinstance(device, (str, torch.device)):
+        try:
+            dev = torch.device(device)
+        except RuntimeError as exc:
+            raise ValueError(
+                f"device={device!r} is not a device; use a CUDA index, 'cuda:N' or 'cpu'"
+            ) from exc
+    else:
+        raise TypeError(
+            f"device={device!r} ({type(device).__name__}) is not a device; use a CUDA index, "
+            "'cuda:N', 'cpu' or a torch.device"
+        )
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise ValueError(f"device={device!r}: MemTracker tracks 'cuda' or 'cpu' tensors")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device={device!r} asks for CUDA, but torch sees no CUDA device here; pass "
+            "device='cpu' to track CPU tensors"
+        )
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    return f"cuda:{index}"
+
+
+class MemTracker:
+    """Log which tensors appeared and vanished since the last ``track()``.
+
+    ``MemTracker(detail=True, path="", verbose=False, device=0, *, model=None)``: as the
+    original, ``path`` is a prefix of the log file ``{path}{timestamp}-gpu_mem_track.txt``;
+    ``device`` a CUDA index, ``"cuda:N"`` or ``"cpu"``; with ``model``, new parameters and
+    buffers are named after the model's names. ``track()`` appends a block to the log and
+    returns it as data.
+
+    >>> import torch, tempfile, os, memlab_rs
+    >>> folder = tempfile.mkdtemp()
+    >>> tracker = memlab_rs.MemTracker(path=folder + "/", device="cpu")
+    >>> _ = tracker.track()
+    >>> x = torch.zeros(256, 1024)
+    >>> result = tracker.track()
+    >>> [(r.sign, r.count, r.shape, r.bytes) for r in result.rows]
+    [('+', 1, '(256, 1024)', 1048576)]
+    >>> os.listdir(folder)[0].endswith("-gpu_mem_track.txt")
+    True
+    """
+
+    def __init__(
+        self,
+        detail: bool = True,
+        path: str = "",
+        verbose: bool = False,
+        device: DeviceLike = 0,
+        *,
+        model: torch.nn.Module | None = None,
+    ):
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str prefix of the log file, not {type(path).__name__}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        self.print_detail = bool(detail)
+        self.verbose = verbose
+        self.device = _parse_device(device)
+        self.gpu_profile_fn = (
+            path + f"{datetime.datetime.now():%d-%b-%y-%H:%M:%S}-gpu_mem_track.txt"
+        )
+        self.begin = True
+        self._model = weakref.ref(model) if model is not None else None
+        self._core = _core.TrackerCore(self.device)
+
+    def _named(self) -> list[tuple[torch.Tensor, str]]:
+        model = self._model() if self._model is not None else None
+        if model is None:
+            return []
+        named = list(_torch.module_tensor_names(model))
+        grads = [(t.grad, f"{name}.grad") for t, name in named if t.grad is not None]
+        return named + grads
+
+    def _allocated(self, total: int) -> int:
+        if self.device == "cpu":
+            return total
+        return int(torch.cuda.memory_allocated(self.device))
+
+    def track(self) -> TrackResult:
+        """Append what changed since the last call to the log, and return it."""
+        frame = sys._getframe(1)
+        where = f"{frame.f_code.co_filename} line {frame.f_lineno}: {frame.f_code.co_name}"
+        del frame
+        named = self._named()
+        found = self._core.track(named)
+        del named
+        allocated = self._allocated(found["total_bytes"])
+        stamp = None
+        if self.begin:
+            stamp = f"{datetime.datetime.now():%d-%b-%y-%H:%M:%S}"
+            self.begin = False
+        text = _core.render_tracker_block(
+            found["rows"], self.print_detail, where, found["total_bytes"], allocated, stamp
+        )
+        if found["incomplete"]:
+            text += f"Note: {found['incomplete']}\n\n"
+        with open(self.gpu_profile_fn, "a+") as f:
+            f.write(text)
+        rows = [
+            TrackRow(
+                sign=r["sign"],
+                count=r["count"],
+                shape=r["shape"],
+                dtype=r["dtype"],
+                bytes=r["bytes"],
+                type=r["type"],
+                names=tuple(r["names"]),
+                line=r["line"],
+            )
+            for r in found["rows"]
+        ]
+        return TrackResult(
+            rows=rows,
+            total_bytes=found["total_bytes"],
+            allocated_bytes=allocated,
+            tensors=found["tensors"],
+            where=where,
+            strategy=found["strategy"],
+            incomplete=found["incomplete"],
+            seconds={"walk": found["walk_s"], "facts": found["facts_s"]},
+        )
+
+    def clear_cache(self) -> None:
+        """``gc.collect()``, then ``torch.cuda.empty_cache()`` when CUDA is in use."""
+        gc.collect()
+        if self.device != "cpu":
+            torch.cuda.empty_cache()
+
+    def get_tensor_usage(self) -> float:
+        """MiB of the storages on the device, each once (the original's method name)."""
+        return _core.TrackerCore(self.device).track(self._named())["total_bytes"] / 1024**2
+
+    def get_allocate_usage(self) -> float:
+        """MiB the allocator holds for tensors (``torch.cuda.memory_allocated``)."""
+        if self.device == "cpu":
+            return self.get_tensor_usage()
+        return torch.cuda.memory_allocated(self.device) / 1024**2

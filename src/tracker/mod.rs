@@ -1,0 +1,210 @@
+//! The tensor diff tracker's core: the shared gc walk (resuming from the last walk, so a
+//! call costs what changed), the reporter's tensor facts, then `diff`. It keeps plain group
+//! counts between calls, never a tensor.
+
+pub mod diff;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::gc_walk;
+use crate::render::tracker_text;
+use crate::reporter::facts::{FactReader, TorchHandles};
+use crate::reporter::table::allocated_bytes;
+use diff::{Group, GroupKey, Seen};
+
+/// What `track` keeps between calls: the groups of the last call, and how the walk went.
+#[pyclass(module = "memlab_rs._core")]
+pub struct TrackerCore {
+    device: String,
+    last: HashMap<GroupKey, Group>,
+}
+
+#[pymethods]
+impl TrackerCore {
+    /// A tracker of the tensors on `device` ("cpu", "cuda:0", ...).
+    #[new]
+    fn new(device: String) -> PyResult<Self> {
+        if device.is_empty() {
+            return Err(PyValueError::new_err(
+                "device must name a device, e.g. \"cuda:0\" or \"cpu\"",
+            ));
+        }
+        Ok(Self {
+            device,
+            last: HashMap::new(),
+        })
+    }
+
+    /// Walk, group, diff against the last call. `named`: (tensor, name) pairs from the
+    /// model, listed first. Returns a dict: rows (sign, count, shape, dtype, bytes, type,
+    /// names), total_bytes, tensors, strategy, incomplete, walk_s, facts_s.
+    fn track<'py>(
+        &mut self,
+        py: Python<'py>,
+        named: Vec<(Bound<'py, PyAny>, String)>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let torch = py.import("torch")?;
+        let mut reader = FactReader::new(TorchHandles::new(&torch)?);
+        let base = reader.handles().tensor_base.as_type_ptr();
+        let held: Vec<*mut pyo3::ffi::PyObject> = named.iter().map(|(t, _)| t.as_ptr()).collect();
+        let started = Instant::now();
+        let walk = gc_walk::instances(py, &held, base, true)?;
+        let walk_s = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let mut names: HashMap<usize, String> = HashMap::new();
+        let mut order: Vec<Bound<'py, PyAny>> = Vec::with_capacity(walk.objects.len());
+        for (tensor, name) in named {
+            if names.insert(tensor.as_ptr() as usize, name).is_none() {
+                order.push(tensor);
+            }
+        }
+        for tensor in walk.objects {
+            if !names.contains_key(&(tensor.as_ptr() as usize)) {
+                order.push(tensor);
+            }
+        }
+        let mut kinds: HashMap<usize, String> = HashMap::new();
+        let mut seen: Vec<Seen> = Vec::with_capacity(order.len());
+        let mut facts = Vec::new();
+        let mut listed = std::collections::HashSet::new();
+        for tensor in &order {
+            if !listed.insert(tensor.as_ptr() as usize) {
+                continue;
+            }
+            let kind_ptr = tensor.get_type().as_ptr() as usize;
+            let kind = match kinds.get(&kind_ptr) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = tensor.get_type().str()?.to_string();
+                    kinds.insert(kind_ptr, k.clone());
+                    k
+                }
+            };
+            let name = names.get(&(tensor.as_ptr() as usize)).cloned();
+            facts.clear();
+            reader.read(tensor, String::new(), &mut facts);
+            let Some(first) = facts.first() else { continue };
+            if first.device != self.device {
+                continue;
+            }
+            // A sparse or wrapper tensor's parts all count towards it.
+            let storages: Vec<(usize, u64)> = facts
+                .iter()
+                .filter_map(|f| {
+                    f.storage
+                        .filter(|s| s.has_memory)
+                        .map(|s| (s.key, allocated_bytes(&self.device, s.nbytes)))
+                })
+                .collect();
+            if storages.is_empty() {
+                seen.push(Seen {
+                    kind: kind.clone(),
+                    shape: first.shape_text.clone(),
+                    dtype: first.dtype.clone(),
+                    name: name.clone(),
+                    storage: None,
+                });
+            }
+            for (i, storage) in storages.into_iter().enumerate() {
+                // Only the first part is the tensor; the others add their bytes to its group.
+                seen.push(Seen {
+                    kind: kind.clone(),
+                    shape: first.shape_text.clone(),
+                    dtype: first.dtype.clone(),
+                    name: if i == 0 { name.clone() } else { None },
+                    storage: Some(storage),
+                });
+            }
+        }
+        drop(order);
+        let (groups, total) = diff::group(&seen);
+        let rows = diff::diff(&self.last, &groups);
+        let tensors: u64 = groups.values().map(|g| g.count).sum();
+        self.last = groups;
+        let facts_s = started.elapsed().as_secs_f64();
+
+        let out = PyDict::new(py);
+        let py_rows = PyList::empty(py);
+        for row in &rows {
+            let d = PyDict::new(py);
+            d.set_item("sign", row.sign.to_string())?;
+            d.set_item("count", row.count)?;
+            d.set_item("shape", &row.shape)?;
+            d.set_item("dtype", &row.dtype)?;
+            d.set_item("bytes", row.bytes)?;
+            d.set_item("type", &row.kind)?;
+            d.set_item("names", &row.names)?;
+            d.set_item("line", tracker_text::row_line(row).trim_end())?;
+            py_rows.append(d)?;
+        }
+        out.set_item("rows", py_rows)?;
+        out.set_item("total_bytes", total)?;
+        out.set_item("tensors", tensors)?;
+        out.set_item("strategy", walk.strategy.name())?;
+        out.set_item("incomplete", walk.incomplete)?;
+        out.set_item("walk_s", walk_s)?;
+        out.set_item("facts_s", facts_s)?;
+        Ok(out)
+    }
+
+    /// Forget the last call's groups: the next call lists every tensor as new.
+    fn reset(&mut self) {
+        self.last.clear();
+    }
+}
+
+/// The log text of one `track()`: rows (when `detail`), then the `At {place}` line; with
+/// the header line first when `stamp` is given (the first call).
+///
+/// >>> from memlab_rs._core import render_tracker_block
+/// >>> rows = [dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=8,
+/// ...              type="<class 'torch.Tensor'>", names=[])]
+/// >>> print(render_tracker_block(rows, True, "a.py line 3: f", 8, 8, None).strip())
+/// + | 1 * Size:(2,)                 | Memory: 7.6293 M | <class 'torch.Tensor'> | torch.float32
+/// <BLANKLINE>
+/// At a.py line 3: f                                      Total Tensor Used Memory:0.0    Mb Total Allocated Memory:0.0    Mb
+#[pyfunction]
+#[pyo3(signature = (rows, detail, place, tensor_bytes, allocated_bytes, stamp=None))]
+pub fn render_tracker_block(
+    rows: Vec<Bound<'_, PyDict>>,
+    detail: bool,
+    place: &str,
+    tensor_bytes: u64,
+    allocated_bytes: u64,
+    stamp: Option<&str>,
+) -> PyResult<String> {
+    let mut parsed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+            row.get_item(k)?
+                .ok_or_else(|| PyValueError::new_err(format!("a tracker row has no {k:?}")))
+        };
+        let sign: String = get("sign")?.extract()?;
+        parsed.push(diff::DiffRow {
+            sign: sign.chars().next().unwrap_or('?'),
+            count: get("count")?.extract()?,
+            kind: get("type")?.extract()?,
+            shape: get("shape")?.extract()?,
+            dtype: get("dtype")?.extract()?,
+            bytes: get("bytes")?.extract()?,
+            names: get("names")?.extract()?,
+        });
+    }
+    let mut out = String::new();
+    if let Some(stamp) = stamp {
+        out.push_str(&tracker_text::header(stamp, tensor_bytes, allocated_bytes));
+    }
+    out.push_str(&tracker_text::block(
+        &parsed,
+        detail,
+        place,
+        tensor_bytes,
+        allocated_bytes,
+    ));
+    Ok(out)
+}

@@ -1,0 +1,207 @@
+"""MemTracker on CPU: exact bytes, views once, grouping, names, the log's layout (golden)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import memlab_rs
+from memlab_rs import MemTracker
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "fixtures", "tracker", "cpu_steps.txt")
+
+
+def _log(tracker: MemTracker) -> str:
+    with open(tracker.gpu_profile_fn) as f:
+        return f.read()
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\d\d-\w\w\w-\d\d-\d\d:\d\d:\d\d", "<stamp>", text)
+
+
+def test_exact_bytes_views_once_and_grouping(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    a = torch.zeros(40, 3, 8, 8)
+    b = torch.ones(40, 3, 8, 8)
+    view = a.view(-1)  # shares a's storage: no bytes of its own
+    half = torch.zeros(10, dtype=torch.float16)
+    result = tracker.track()
+    rows = {(r.sign, r.shape, r.dtype): r for r in result.rows}
+    assert rows["+", "(40, 3, 8, 8)", "torch.float32"].count == 2
+    assert rows["+", "(40, 3, 8, 8)", "torch.float32"].bytes == 2 * 40 * 3 * 8 * 8 * 4
+    assert rows["+", "(7680,)", "torch.float32"].bytes == 0
+    assert rows["+", "(10,)", "torch.float16"].bytes == 20
+    assert result.total_bytes - tracker_total_before(result, rows) >= 0
+    del a, view
+    result = tracker.track()
+    rows = {(r.sign, r.shape): r for r in result.rows}
+    assert rows["-", "(40, 3, 8, 8)"].count == 1
+    assert rows["-", "(40, 3, 8, 8)"].bytes == 40 * 3 * 8 * 8 * 4
+    assert rows["-", "(7680,)"].count == 1
+    assert not any(r.sign == "+" for r in result.rows)
+    # The whole group is not printed as - and + when only its count changes (the original does).
+    assert len(result.rows) == 2
+    del b, half
+    assert tracker.track().rows  # what vanished is listed again
+
+
+def tracker_total_before(result, rows):
+    return sum(r.bytes for r in rows.values())
+
+
+def test_a_view_found_before_its_base_is_not_charged_twice(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    base = torch.zeros(1000)
+    parts = [base[i * 100 : (i + 1) * 100] for i in range(10)]
+    result = tracker.track()
+    assert sum(r.bytes for r in result.rows if r.sign == "+") == 4000
+    assert sum(r.count for r in result.rows if r.sign == "+") == 11
+    del base, parts
+
+
+def test_names_from_the_model_and_its_grads(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu", model=model)
+    first = tracker.track()
+    names = {n for r in first.rows for n in r.names}
+    assert {"0.weight", "0.bias", "1.weight", "1.bias"} <= names
+    assert all("Parameter" in r.type for r in first.rows if r.names)
+    model(torch.ones(5, 4)).sum().backward()
+    second = tracker.track()
+    grads = {n for r in second.rows if r.sign == "+" for n in r.names}
+    assert grads == {"0.weight.grad", "0.bias.grad", "1.weight.grad", "1.bias.grad"}
+    assert sum(r.bytes for r in second.rows if r.names) == 4 * (12 + 3 + 6 + 2)
+
+
+def test_log_file_name_header_and_returned_lines(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/run-", device="cpu")
+    name = os.path.basename(tracker.gpu_profile_fn)
+    assert re.fullmatch(r"run-\d\d-\w\w\w-\d\d-\d\d:\d\d:\d\d-gpu_mem_track\.txt", name)
+    tracker.track()
+    x = torch.zeros(120, 3, 16, 16)
+    result = tracker.track()
+    text = _log(tracker)
+    assert text.startswith("GPU Memory Track | ")
+    for row in result.rows:
+        assert row.line + "\n" in text
+    assert result.where.endswith(": test_log_file_name_header_and_returned_lines")
+    assert f"line {result.where.split(' line ')[1]}" in text
+    del x
+
+
+# A fixed example: the original's README in small (CPU, 1/1024 of its sizes), compiled as
+# "main.py" so that the `At` lines are the same on every checkout.
+GOLDEN_SCRIPT = """\
+import torch
+tracker.track()
+model = torch.nn.Linear(16, 8)
+tracker_with_model = None
+tracker.track()
+d1 = torch.zeros(30, 3, 16, 16)
+d2 = torch.zeros(40, 3, 16, 16)
+d3 = torch.zeros(60, 3, 16, 16)
+tracker.track()
+d4 = torch.zeros(120, 3, 16, 16)
+d5 = torch.zeros(80, 3, 16, 16)
+tracker.track()
+del d4, d2
+tracker.clear_cache()
+tracker.track()
+"""
+
+
+def test_golden_log(tmp_path):
+    # In a fresh interpreter: tensors other tests leave alive would be listed first.
+    runner = (
+        "import sys, memlab_rs\n"
+        "tracker = memlab_rs.MemTracker(path=sys.argv[1], device='cpu')\n"
+        "exec(compile(sys.argv[2], 'main.py', 'exec'), {'tracker': tracker})\n"
+        "print(tracker.gpu_profile_fn)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", runner, f"{tmp_path}/", GOLDEN_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(proc.stdout.strip()) as f:
+        got = _normalise(f.read())
+    if os.environ.get("MEMLAB_RS_UPDATE_GOLDEN"):
+        with open(GOLDEN, "w") as f:
+            f.write(got)
+    with open(GOLDEN) as f:
+        want = f.read()
+    assert got.splitlines() == want.splitlines()
+
+
+def test_the_resuming_walk_serves_later_calls(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    strategies = set()
+    for _ in range(5):
+        t = torch.zeros(3)
+        strategies.add(tracker.track().strategy)
+        del t
+    if (3, 9) <= __import__("sys").version_info < (3, 14):
+        assert "gc generation lists, since the last walk" in strategies
+
+
+def test_track_from_a_finaliser_during_collection(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    seen = []
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+            self.t = torch.zeros(7)
+
+        def __del__(self):
+            seen.append(tracker.track())
+
+    Cycle()
+    import gc
+
+    gc.collect()
+    assert seen and seen[0].incomplete and "garbage collection" in seen[0].incomplete
+    assert "Note: " in _log(tracker)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"device": "cuda:0"}, RuntimeError, "device='cpu'"),
+        ({"device": 0}, RuntimeError, "device='cpu'"),
+        ({"device": -1}, ValueError, "CUDA index"),
+        ({"device": "tpu"}, ValueError, "not a device"),
+        ({"device": 1.5}, TypeError, "not a device"),
+        ({"path": 3}, TypeError, "path must be a str"),
+        ({"model": "net"}, TypeError, "torch.nn.Module"),
+    ],
+)
+def test_bad_input_errors(kwargs, error, match):
+    if torch.cuda.is_available() and error is RuntimeError:
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(error, match=match):
+        MemTracker(**kwargs)
+
+
+def test_no_reference_to_tensors_is_kept(tmp_path):
+    import weakref
+
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    t = torch.zeros(5)
+    tracker.track()
+    ref = weakref.ref(t)
+    del t
+    assert ref() is None
+    assert memlab_rs.MemTracker is MemTracker
