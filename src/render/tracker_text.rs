@@ -24,12 +24,17 @@ pub fn python_float_str(x: f64) -> String {
     }
 }
 
-/// The original's memory column: `str(MiB)[:6]`.
+/// The original's memory column, `str(MiB)[:6]`, except below 1e-4 MiB (about 100 bytes):
+/// there `str` turns scientific and the cut kept the mantissa alone (96 bytes printed as
+/// `9.1552 M`), so those are written as the decimal expansion cut the same way (`0.0000`).
 fn memory_column(bytes: u64) -> String {
-    python_float_str(bytes as f64 / MIB)
-        .chars()
-        .take(6)
-        .collect()
+    let mib = bytes as f64 / MIB;
+    let text = if mib != 0.0 && mib < 1e-4 {
+        format!("{mib:.12}")
+    } else {
+        python_float_str(mib)
+    };
+    text.chars().take(6).collect()
 }
 
 /// One `+`/`-` row: `+ | 1 * Size:(120, 3, 512, 512)   | Memory: 360.0 M | <class 'torch.Tensor'> | torch.float32`.
@@ -93,7 +98,9 @@ mod tests {
         assert_eq!(python_float_str(0.0), "0.0");
         assert_eq!(python_float_str(1e16), "1e+16");
         assert_eq!(memory_column(360 * 1024 * 1024), "360.0");
-        assert_eq!(memory_column(4), "3.8146");
+        assert_eq!(memory_column(4), "0.0000");
+        assert_eq!(memory_column(96), "0.0000");
+        assert_eq!(memory_column(1024), "0.0009");
     }
 
     #[test]

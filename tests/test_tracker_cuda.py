@@ -1,0 +1,96 @@
+"""MemTracker on a GPU: real models (transformers GPT-2, torchvision ResNet-50, random
+weights), exact storage bytes against an independent count, names from the model, and the
+diff across a training step."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from memlab_rs import MemTracker
+
+pytestmark = pytest.mark.cuda
+
+
+def _rounded(nbytes: int) -> int:
+    """What the caching allocator charges a storage: a multiple of 512 bytes."""
+    return (nbytes + 511) // 512 * 512
+
+
+def _storages_on(device: str) -> int:
+    """Bytes of every CUDA storage Python can reach, each once: an independent count."""
+    seen: dict[int, int] = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device == torch.device(device):
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = _rounded(storage.nbytes())
+    return sum(seen.values())
+
+
+def _names(result) -> set[str]:
+    return {name for row in result.rows for name in row.names}
+
+
+def test_gpt2_parameters_then_a_training_step(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4)
+    gc.collect()
+    tracker = MemTracker(path=f"{tmp_path}/", device=0)
+    tracker.track()
+    model = transformers.GPT2LMHeadModel(config).cuda()
+    tracker = MemTracker(path=f"{tmp_path}/", device=0, model=model)
+    first = tracker.track()
+    assert first.total_bytes == _storages_on("cuda:0")
+    assert first.allocated_bytes == torch.cuda.memory_allocated(0)
+    assert first.total_bytes <= first.allocated_bytes
+    names = _names(first)
+    assert "transformer.h.0.attn.c_attn.weight" in names
+    # The tied LM head and token embedding are one storage, listed once under both names.
+    tied = [r for r in first.rows if "lm_head.weight" in r.names]
+    assert len(tied) == 1 and "transformer.wte.weight" in tied[0].names
+    assert tied[0].bytes == _rounded(config.vocab_size * config.n_embd * 4)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, config.vocab_size, (2, 64), device="cuda")
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    del ids
+    step = tracker.track()
+    assert step.total_bytes == _storages_on("cuda:0")
+    grads = [r for r in step.rows if r.sign == "+" and any(n.endswith(".grad") for n in r.names)]
+    params = list({p.data_ptr(): p for p in model.parameters()}.values())
+    assert sum(r.count for r in grads) == len(params)
+    assert sum(r.bytes for r in grads) == sum(_rounded(p.numel() * 4) for p in params)
+    # AdamW's state (exp_avg, exp_avg_sq; steps are CPU scalars) appeared too.
+    state = sum(
+        _rounded(v.untyped_storage().nbytes())
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.is_cuda
+    )
+    added = sum(r.bytes for r in step.rows if r.sign == "+")
+    assert added - sum(r.bytes for r in grads) == state
+    assert not [r for r in step.rows if r.sign == "-"]
+
+
+def test_resnet50_activations_appear_and_vanish(tmp_path):
+    models = pytest.importorskip("torchvision.models")
+    model = models.resnet50().cuda()
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    tracker = MemTracker(path=f"{tmp_path}/", device="cuda:0", model=model)
+    first = tracker.track()
+    # Parameters and batch-norm buffers are named after the model.
+    assert {"conv1.weight", "bn1.running_mean", "fc.weight"} <= _names(first)
+    out = model(x)
+    appeared = tracker.track()
+    plus = [r for r in appeared.rows if r.sign == "+"]
+    assert [(r.count, r.shape, r.bytes) for r in plus] == [(1, "(8, 1000)", _rounded(8 * 1000 * 4))]
+    assert appeared.total_bytes == _storages_on("cuda:0")
+    del out
+    vanished = tracker.track()
+    assert [(r.sign, r.shape) for r in vanished.rows] == [("-", "(8, 1000)")]
+    with open(tracker.gpu_profile_fn) as f:
+        log = f.read()
+    assert "+ | 1 * Size:(8, 1000)" in log and "- | 1 * Size:(8, 1000)" in log
