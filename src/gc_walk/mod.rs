@@ -123,9 +123,10 @@ pub fn instances<'py>(
     match lists::walk(py, held, base, full) {
         Some((objects, walked)) => Ok(Walk {
             objects,
-            strategy: match walked {
-                lists::Walked::Full => Strategy::GenerationLists,
-                lists::Walked::SinceLast => Strategy::SinceLastWalk,
+            strategy: match (walked, full) {
+                (lists::Walked::Full, lists::FullWalk::Lists) => Strategy::GenerationLists,
+                (lists::Walked::Full, lists::FullWalk::Visitor) => Strategy::Visitor,
+                (lists::Walked::SinceLast, _) => Strategy::SinceLastWalk,
             },
             incomplete: None,
         }),
