@@ -8,6 +8,7 @@ from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
+from .monitor import MemoryMonitor, memory_profiler
 from .profile import (
     clear_global_line_profiler,
     global_line_profiler,
@@ -24,12 +25,14 @@ __all__ = [
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
+    "MemoryMonitor",
     "MemoryReport",
     "RestoreReport",
     "TensorRow",
     "YieldReport",
     "clear_global_line_profiler",
     "global_line_profiler",
+    "memory_profiler",
     "profile",
     "profile_every",
     "readable_size",
