@@ -17,7 +17,7 @@ const NAMES: [&str; 4] = [
 ];
 
 /// Samples allocated/reserved bytes of one device and resets its peaks after each sample.
-#[pyclass(module = "memlab_rs._core", unsendable)]
+#[pyclass(module = "memlab_rs._core")]
 pub struct MonitorSource {
     source: Source,
     /// Indexes of `NAMES` in the source's layout, once it is known.
