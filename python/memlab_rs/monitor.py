@@ -89,8 +89,8 @@ class MemoryMonitor:
         file: TextIO | None = None,
     ) -> None:
         _check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
-        self._model = model
-        self._optimizer = optimizer
+        self._model: Any = model
+        self._optimizer: Any = optimizer
         self._print_period = int(print_period)
         self._verbose = verbose
         self._file = file
@@ -110,11 +110,27 @@ class MemoryMonitor:
         self._buffer_bytes = 0
         self._buffer_ptrs: set[int] = set()
         self._buffer_key: list[int] | None = None
+        self._opt_ids: list[int] | None = None
+        self._opt_state: dict[int, int] = {}
+        self._row_grads: list[int] = []
         # Saved tensors: (weak reference to what autograd holds, module name or None).
         self._saved: list[tuple[weakref.ref, str | None]] = []
         self._module_stack: list[str] = []
         self._handles: list[Any] = []
-        self._source = _core.MonitorSource(self._device)
+        self._pack: Any = None
+        self._unpack: Any = None
+        self._chained = False
+        self._hooks_left = False
+        self._start: list[int] = []
+        self._windows: list[tuple[str, list[int], list[int], int]] = []
+        self._phase = "forward"
+        self._feature_maps: int | None = None
+        self._modules: list[tuple[str, int]] = []
+        self._peak_reserved = 0
+        self._backwards = 0
+        self._grads: list[tuple[str, int, int]] = []
+        self._known: set[int] = set()
+        self._source: Any = _core.MonitorSource(self._device)
         self._csv_path: str | None = None
         if csv:
             self._csv_path = self._open_csv(os.fspath(csv_dir))
@@ -179,6 +195,11 @@ class MemoryMonitor:
             self._handles = []
             self._saved = []
             self._source = None
+            # Hold no tensor of the user's once stopped (the records are plain numbers).
+            self._rows = [(name, [], nbytes) for name, _ps, nbytes in self._rows]
+            self._model = self._optimizer = None
+            if not self._hooks_left:
+                self._pack = self._unpack = None
 
     def __enter__(self) -> MemoryMonitor:
         return self
@@ -343,7 +364,8 @@ class MemoryMonitor:
             end = self._boundary(allocated)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             self._windows.append(("backward", self._start, end, peak))
-            self._grads = [(name, nbytes, self._grad_bytes(ps)) for name, ps, nbytes in self._rows]
+            rows = zip(self._rows, self._row_grads)
+            self._grads = [(name, nbytes, grad) for (name, _ps, nbytes), grad in rows]
             self._start = end
             self._phase = "after"
 
@@ -369,36 +391,52 @@ class MemoryMonitor:
             self._buffer_ptrs = set(unique)
             self._buffer_bytes = sum(unique.values())
 
-    def _grad_bytes(self, params: list[torch.nn.Parameter]) -> int:
-        seen: dict[int, int] = {}
-        for p in params:
-            g = p.grad
-            if g is not None:
-                s = g.untyped_storage()
-                seen[s.data_ptr()] = s.nbytes()
-        return sum(seen.values())
+    def _gradients(self) -> tuple[dict[int, int], list[int]]:
+        """Parameter gradients now: {storage: bytes} on the monitored device (parameters'
+        and buffers' storages excluded), and each row's gradient bytes (any device)."""
+        index = self._device_index
+        known = self._param_ptrs
+        on_device: dict[int, int] = {}
+        per_row = []
+        for _name, ps, _b in self._rows:
+            row: dict[int, int] = {}
+            for p in ps:
+                g = p.grad
+                if g is None:
+                    continue
+                try:
+                    s = g.untyped_storage()
+                except (RuntimeError, NotImplementedError, TypeError):
+                    continue  # a gradient without a storage of its own (sparse, subclass)
+                ptr = s.data_ptr()
+                row[ptr] = s.nbytes()
+                if ptr and g.get_device() == index and ptr not in known:
+                    on_device[ptr] = row[ptr]
+            per_row.append(sum(row.values()))
+        return on_device, per_row
+
+    def _optimizer_state(self, known: set[int]) -> dict[int, int]:
+        """{storage: bytes} of the optimizer's state tensors on the monitored device;
+        cached while the state holds the same tensor objects (optimizers update in place)."""
+        if self._optimizer is None:
+            return {}
+        values = [v for st in self._optimizer.state.values() for v in st.values()]
+        ids = [id(v) for v in values]
+        if ids != self._opt_ids:
+            state: dict[int, int] = {}
+            for value in values:
+                if isinstance(value, torch.Tensor):
+                    f = _storage_of(value, self._device_index)
+                    if f is not None and f[0] not in known:
+                        state[f[0]] = f[1]
+            self._opt_ids, self._opt_state = ids, state
+        return self._opt_state
 
     def _boundary(self, allocated: int) -> list[int]:
         """[allocated, parameter, buffer, gradient, optimizer_state, activation] now."""
-        index = self._device_index
-        known = self._param_ptrs | self._buffer_ptrs
-        grads: dict[int, int] = {}
-        for _name, ps, _b in self._rows:
-            for p in ps:
-                g = p.grad
-                if g is not None:
-                    f = _storage_of(g, index)
-                    if f is not None and f[0] not in known:
-                        grads[f[0]] = f[1]
-        known |= grads.keys()
-        state: dict[int, int] = {}
-        if self._optimizer is not None:
-            for per_param in self._optimizer.state.values():
-                for value in per_param.values():
-                    if isinstance(value, torch.Tensor):
-                        f = _storage_of(value, index)
-                        if f is not None and f[0] not in known:
-                            state[f[0]] = f[1]
+        grads, self._row_grads = self._gradients()
+        known = self._param_ptrs | self._buffer_ptrs | grads.keys()
+        state = self._optimizer_state(known)
         known |= state.keys()
         self._known = known
         return [
@@ -451,16 +489,18 @@ class MemoryMonitor:
 
     def _new_iteration(self, start: list[int]) -> None:
         self._start = start
-        self._windows: list[tuple[str, list[int], list[int], int]] = []
+        self._windows = []
         self._phase = "forward"
-        self._feature_maps: int | None = None
-        self._modules: list[tuple[str, int]] = []
+        self._feature_maps = None
+        self._modules = []
         self._peak_reserved = 0
         self._backwards = 0
         self._grads = [(name, nbytes, 0) for name, _ps, nbytes in self._rows]
 
     def _finish(self, end: list[int], reserved: int) -> None:
-        best, cats, intermediate, inexact = _core._monitor_iteration(self._windows)
+        result = _core._monitor_iteration(self._windows)
+        assert result is not None  # record_stats appended a window
+        best, cats, intermediate, inexact = result
         kind, _start, _end, peak = self._windows[best]
         notice = self._source.notice()
         if inexact:
