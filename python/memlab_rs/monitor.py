@@ -111,6 +111,10 @@ class MemoryMonitor:
         self._buffer_ptrs: set[int] = set()
         self._buffer_key: list[int] | None = None
         self._opt_ids: list[int] | None = None
+        self._opt_quick: tuple[int, int] | None = None
+        self._params: list[torch.Tensor] | None = None
+        self._buffers: list[torch.Tensor] = []
+        self._on_device: set[int] = set()
         self._opt_state: dict[int, int] = {}
         self._row_grads: list[int] = []
         # Saved tensors: (weak reference to what autograd holds, module name or None).
@@ -149,7 +153,7 @@ class MemoryMonitor:
             self._check_running("record_stats")
             allocated, peak, reserved, peak_reserved = self._source.read()
             self._refresh_model_tensors()
-            end = self._boundary(allocated)
+            end = self._boundary(allocated, full=True)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             kind = "optimizer" if self._phase == "after" else "forward"
             self._windows.append((kind, self._start, end, peak))
@@ -198,6 +202,7 @@ class MemoryMonitor:
             # Hold no tensor of the user's once stopped (the records are plain numbers).
             self._rows = [(name, [], nbytes) for name, _ps, nbytes in self._rows]
             self._model = self._optimizer = None
+            self._params, self._buffers = [], []
             if not self._hooks_left:
                 self._pack = self._unpack = None
 
@@ -372,21 +377,25 @@ class MemoryMonitor:
     # ----- what is live at a boundary ---------------------------------------------------
 
     def _refresh_model_tensors(self) -> None:
-        """Re-read parameter and buffer storages when any data pointer changed."""
-        params = list(self._model.parameters())
-        key = [p.data_ptr() for p in params]
+        """Re-read parameter and buffer storages when any data pointer changed (``.to()``,
+        ``.data =``). The parameter and buffer objects are listed once, at the start:
+        a module attribute re-assigned to a new Parameter later is not seen."""
+        if self._params is None:
+            self._params = list(self._model.parameters())
+            self._buffers = list(self._model.buffers())
+        key = [p.data_ptr() for p in self._params]
         if key != self._param_key:
             self._param_key = key
             self._rows = _param_rows(self._model)
-            found = [_storage_of(p, self._device_index) for p in params]
+            found = [_storage_of(p, self._device_index) for p in self._params]
             unique = {f[0]: f[1] for f in found if f is not None}
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
-        buffers = list(self._model.buffers())
-        bkey = [b.data_ptr() for b in buffers]
+            self._on_device = {id(p) for p in self._params if p.get_device() == self._device_index}
+        bkey = [b.data_ptr() for b in self._buffers]
         if bkey != self._buffer_key:
             self._buffer_key = bkey
-            found = [_storage_of(b, self._device_index) for b in buffers]
+            found = [_storage_of(b, self._device_index) for b in self._buffers]
             unique = {f[0]: f[1] for f in found if f is not None and f[0] not in self._param_ptrs}
             self._buffer_ptrs = set(unique)
             self._buffer_bytes = sum(unique.values())
@@ -394,8 +403,8 @@ class MemoryMonitor:
     def _gradients(self) -> tuple[dict[int, int], list[int]]:
         """Parameter gradients now: {storage: bytes} on the monitored device (parameters'
         and buffers' storages excluded), and each row's gradient bytes (any device)."""
-        index = self._device_index
         known = self._param_ptrs
+        on_device_params = self._on_device
         on_device: dict[int, int] = {}
         per_row = []
         for _name, ps, _b in self._rows:
@@ -410,17 +419,25 @@ class MemoryMonitor:
                     continue  # a gradient without a storage of its own (sparse, subclass)
                 ptr = s.data_ptr()
                 row[ptr] = s.nbytes()
-                if ptr and g.get_device() == index and ptr not in known:
+                # A gradient lives on its parameter's device (autograd enforces it).
+                if ptr and id(p) in on_device_params and ptr not in known:
                     on_device[ptr] = row[ptr]
             per_row.append(sum(row.values()))
         return on_device, per_row
 
-    def _optimizer_state(self, known: set[int]) -> dict[int, int]:
-        """{storage: bytes} of the optimizer's state tensors on the monitored device;
-        cached while the state holds the same tensor objects (optimizers update in place)."""
+    def _optimizer_state(self, known: set[int], full: bool) -> dict[int, int]:
+        """{storage: bytes} of the optimizer's state tensors on the monitored device,
+        cached while the state holds the same tensor objects (optimizers update in place).
+        At a record (``full``) every tensor's identity is checked; at backward boundaries
+        only the state dict's identity and length (new state, ``load_state_dict``)."""
         if self._optimizer is None:
             return {}
-        values = [v for st in self._optimizer.state.values() for v in st.values()]
+        state_dict = self._optimizer.state
+        quick = (id(state_dict), len(state_dict))
+        if not full and quick == self._opt_quick:
+            return self._opt_state
+        self._opt_quick = quick
+        values = [v for st in state_dict.values() for v in st.values()]
         ids = [id(v) for v in values]
         if ids != self._opt_ids:
             state: dict[int, int] = {}
@@ -432,11 +449,11 @@ class MemoryMonitor:
             self._opt_ids, self._opt_state = ids, state
         return self._opt_state
 
-    def _boundary(self, allocated: int) -> list[int]:
+    def _boundary(self, allocated: int, full: bool = False) -> list[int]:
         """[allocated, parameter, buffer, gradient, optimizer_state, activation] now."""
         grads, self._row_grads = self._gradients()
         known = self._param_ptrs | self._buffer_ptrs | grads.keys()
-        state = self._optimizer_state(known)
+        state = self._optimizer_state(known, full)
         known |= state.keys()
         self._known = known
         return [
@@ -459,10 +476,16 @@ class MemoryMonitor:
             if held is None:
                 continue
             alive.append(entry)
-            t = held.packed if isinstance(held, _Held) else held
-            f = _storage_of(t, index)
-            if f is not None and f[0] not in known:
-                seen[f[0]] = f[1]
+            t = held.packed if type(held) is _Held else held
+            try:  # inlined _storage_of: this loop runs over every saved tensor
+                if t.get_device() != index:
+                    continue
+                s = t.untyped_storage()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            ptr = s.data_ptr()
+            if ptr and ptr not in known:
+                seen[ptr] = s.nbytes()
         self._saved[:] = alive
         return sum(seen.values())
 
