@@ -65,7 +65,15 @@ def _storage_of(t: torch.Tensor, device_index: int) -> tuple[int, int] | None:
 
 
 class MemoryMonitor:
-    """Per-iteration memory of a training loop; see :func:`memory_profiler`.
+    """Monitor a training loop's memory per iteration, as the original ``memory_profiler``
+    (``memlab_rs.memory_profiler`` is this class): call ``record_stats()`` after each step
+    and ``epoch_end()`` after each epoch; every ``print_period`` iterations the block is
+    printed (to ``file``, default stdout) and, with ``csv=True``, a row is appended to
+    ``<csv_dir>/<YYYYmmddHHMMSS>.csv``.
+
+    ``optimizer`` adds its state; ``device`` defaults to the model's; ``verbose`` adds
+    feature maps per module. Call ``stop()`` (or use ``with``) to remove the hooks. The
+    monitor resets the allocator's peak statistics at each boundary (docs/guide.md).
 
     >>> import io, torch, memlab_rs
     >>> model = torch.nn.Linear(1000, 500)
@@ -657,42 +665,6 @@ def _check_arguments(
         raise TypeError(f"memory_profiler: file must have a write() method, got {file!r}")
 
 
-def memory_profiler(
-    model: torch.nn.Module,
-    print_period: int = 1,
-    csv: bool = False,
-    *,
-    optimizer: torch.optim.Optimizer | None = None,
-    device: torch.device | str | int | None = None,
-    verbose: bool = False,
-    csv_dir: str | os.PathLike[str] = "memory_csv_data",
-    file: TextIO | None = None,
-) -> MemoryMonitor:
-    """Monitor a training loop's memory per iteration, as the original ``memory_profiler``:
-    call ``record_stats()`` after each step and ``epoch_end()`` after each epoch; every
-    ``print_period`` iterations the block is printed (to ``file``, default stdout) and, with
-    ``csv=True``, a row is appended to ``<csv_dir>/<YYYYmmddHHMMSS>.csv``.
-
-    ``optimizer`` adds its state; ``device`` defaults to the model's; ``verbose`` adds
-    feature maps per module. Call ``stop()`` (or use ``with``) to remove the hooks. The
-    monitor resets the allocator's peak statistics at each boundary.
-
-    >>> import io, torch, memlab_rs
-    >>> model = torch.nn.Linear(1000, 500)
-    >>> out = io.StringIO()
-    >>> with memlab_rs.memory_profiler(model, file=out) as monitor:
-    ...     model(torch.randn(8, 1000, requires_grad=True)).sum().backward()
-    ...     monitor.record_stats()
-    >>> print(out.getvalue().splitlines()[2])
-    Memory Usage for Iteration 1 of Epoch 1
-    """
-    return MemoryMonitor(
-        model,
-        print_period,
-        csv,
-        optimizer=optimizer,
-        device=device,
-        verbose=verbose,
-        csv_dir=csv_dir,
-        file=file,
-    )
+memory_profiler = MemoryMonitor
+"""The original tool's name: ``memory_profiler(model, print_period=1, csv=False)`` is a
+:class:`MemoryMonitor`."""

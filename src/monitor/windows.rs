@@ -172,6 +172,15 @@ pub fn _monitor_iteration(
 mod tests {
     use super::*;
 
+    fn win(kind: Kind, start: Boundary, end: Boundary, peak: i64) -> Window {
+        Window {
+            kind,
+            start,
+            end,
+            peak,
+        }
+    }
+
     fn at(allocated: i64, gradient: i64, optimizer_state: i64, activation: i64) -> Boundary {
         Boundary {
             allocated,
@@ -185,12 +194,7 @@ mod tests {
 
     #[test]
     fn forward_window_is_read_at_its_end() {
-        let w = Window {
-            kind: Kind::Forward,
-            start: at(200, 0, 0, 0),
-            end: at(600, 0, 0, 300),
-            peak: 650,
-        };
+        let w = win(Kind::Forward, at(200, 0, 0, 0), at(600, 0, 0, 300), 650);
         let (c, inexact) = categorize(&w);
         assert_eq!(c, [100, 10, 0, 300, 50, 0, 190]);
         assert_eq!(c.iter().sum::<i64>(), 650);
@@ -199,12 +203,7 @@ mod tests {
 
     #[test]
     fn backward_window_splits_gradients_from_intermediates() {
-        let w = Window {
-            kind: Kind::Backward,
-            start: at(600, 0, 0, 300),
-            end: at(300, 100, 0, 0),
-            peak: 750,
-        };
+        let w = win(Kind::Backward, at(600, 0, 0, 300), at(300, 100, 0, 0), 750);
         let (c, _) = categorize(&w);
         // excess 150: 100 of gradients created, 50 intermediate
         assert_eq!(c, [100, 10, 100, 300, 50, 0, 190]);
@@ -213,12 +212,7 @@ mod tests {
 
     #[test]
     fn gradients_created_beyond_the_excess_are_capped() {
-        let w = Window {
-            kind: Kind::Backward,
-            start: at(600, 0, 0, 300),
-            end: at(300, 100, 0, 0),
-            peak: 640,
-        };
+        let w = win(Kind::Backward, at(600, 0, 0, 300), at(300, 100, 0, 0), 640);
         let (c, _) = categorize(&w);
         assert_eq!(c[2], 40);
         assert_eq!(c[4], 0);
@@ -227,12 +221,12 @@ mod tests {
 
     #[test]
     fn optimizer_window_counts_new_state_then_scratch() {
-        let w = Window {
-            kind: Kind::Optimizer,
-            start: at(300, 100, 0, 0),
-            end: at(500, 100, 200, 0),
-            peak: 560,
-        };
+        let w = win(
+            Kind::Optimizer,
+            at(300, 100, 0, 0),
+            at(500, 100, 200, 0),
+            560,
+        );
         let (c, _) = categorize(&w);
         assert_eq!(c, [100, 10, 100, 0, 60, 200, 90]);
         assert_eq!(c.iter().sum::<i64>(), 560);
@@ -240,29 +234,14 @@ mod tests {
 
     #[test]
     fn known_above_allocated_is_flagged() {
-        let w = Window {
-            kind: Kind::Forward,
-            start: at(0, 0, 0, 0),
-            end: at(50, 0, 0, 0),
-            peak: 50,
-        };
+        let w = win(Kind::Forward, at(0, 0, 0, 0), at(50, 0, 0, 0), 50);
         assert!(categorize(&w).1);
     }
 
     #[test]
     fn iteration_takes_the_first_highest_window() {
-        let f = Window {
-            kind: Kind::Forward,
-            start: at(200, 0, 0, 0),
-            end: at(600, 0, 0, 300),
-            peak: 750,
-        };
-        let b = Window {
-            kind: Kind::Backward,
-            start: at(600, 0, 0, 300),
-            end: at(300, 100, 0, 0),
-            peak: 750,
-        };
+        let f = win(Kind::Forward, at(200, 0, 0, 0), at(600, 0, 0, 300), 750);
+        let b = win(Kind::Backward, at(600, 0, 0, 300), at(300, 100, 0, 0), 750);
         let (i, c, inter, _) = iteration(&[f, b]).unwrap();
         assert_eq!(i, 0);
         assert_eq!(c.iter().sum::<i64>(), 750);
