@@ -4,6 +4,7 @@
 pub mod courtesy;
 pub mod gc_walk;
 pub mod line_profiler;
+pub mod monitor;
 pub mod render;
 pub mod reporter;
 pub mod size;
@@ -77,6 +78,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
+    m.add_class::<monitor::source::MonitorSource>()?;
+    m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
+    m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_text, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        render::monitor_text::_monitor_csv_header,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_csv_row, m)?)?;
+    m.add_function(wrap_pyfunction!(render::monitor_html::_monitor_html, m)?)?;
     line_profiler::register(m)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
+from .monitor import MemoryMonitor, memory_profiler
 from .profile import (
     clear_global_line_profiler,
     global_line_profiler,
@@ -26,6 +27,7 @@ __all__ = [
     "LineRecordsDisplay",
     "MemReporter",
     "MemTracker",
+    "MemoryMonitor",
     "MemoryReport",
     "RestoreReport",
     "TensorRow",
@@ -34,6 +36,7 @@ __all__ = [
     "YieldReport",
     "clear_global_line_profiler",
     "global_line_profiler",
+    "memory_profiler",
     "profile",
     "profile_every",
     "readable_size",

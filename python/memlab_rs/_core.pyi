@@ -15,6 +15,7 @@ __all__ = [
     "HostBook",
     "LineCollector",
     "LineReportView",
+    "MonitorSource",
     "ReportTable",
     "ThreadTracer",
     "TraceAnalysis",
@@ -63,6 +64,11 @@ __all__ = [
     "readable_size",
     "render_tracker_block",
     "tracked_tensors",
+    "_monitor_csv_header",
+    "_monitor_csv_row",
+    "_monitor_html",
+    "_monitor_iteration",
+    "_monitor_text",
 ]
 __version__: str
 _CPU_PROBE_BYTES: int
@@ -241,7 +247,6 @@ def _cpu_hook_slots() -> list[tuple[str, bool, bool]]:
     """libc10's GOT slots for posix_memalign and free: (name, in RELRO, holds our hook)."""
 
 def _cpu_hook_slot_addresses() -> list[tuple[str, int, bool]]: ...
-
 def _cpu_start() -> str:
     """Start counting CPU memory (shared, counted); returns the mode as ``_cpu_mode``."""
 
@@ -270,12 +275,14 @@ def _run_inside_engine(callback: Callable[[], Any]) -> None:
 def _fork_prepare() -> None: ...
 def _fork_parent() -> None: ...
 def _fork_child() -> None: ...
+
 @final
 class ThreadTracer:
     """The trace object of a profiled thread on 3.9-3.11 (what ``sys.gettrace()`` returns);
     put back with ``sys.settrace``, it puts the profiler's tracer back."""
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None: ...
+
 def _hook_errors() -> list[str]: ...
 def _cuda_direct_why_not(device: int) -> str | None: ...
 def _cuda_direct_notice(device: int) -> str | None:
@@ -312,3 +319,33 @@ class HostBook:
     def buffers(self) -> list[int]: ...
     def free_buffers(self) -> list[int]: ...
     def release_free(self) -> list[int]: ...
+
+# The training monitor (src/monitor/, src/render/monitor_*.rs)
+@final
+class MonitorSource:
+    """Allocated/reserved bytes of one device ("cpu" or "cuda:N"), peaks reset per read."""
+    def __init__(self, device: str) -> None: ...
+    def read(self) -> tuple[int, int, int, int]:
+        """(allocated, peak allocated, reserved, peak reserved); then resets the peaks."""
+    def reader(self) -> str: ...
+    def notice(self) -> str | None: ...
+
+def _monitor_iteration(
+    windows: Sequence[tuple[str, Sequence[int], Sequence[int], int]],
+) -> tuple[int, list[int], int, bool] | None:
+    """(peak window, categories, intermediate gradients, inexact) of an iteration."""
+
+def _monitor_text(
+    figures: tuple[int, int, int, int, int, int, int | None],
+    modules: Sequence[tuple[str, int]],
+    weights: Sequence[tuple[str, int, int]],
+    notice: str | None = None,
+) -> str: ...
+def _monitor_csv_header(names: Sequence[str]) -> str: ...
+def _monitor_csv_row(
+    figures: tuple[int, int, int, int, int, int, int | None],
+    weights: Sequence[tuple[str, int, int]],
+) -> str: ...
+def _monitor_html(
+    title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]
+) -> str: ...

@@ -6,6 +6,8 @@ pub mod line;
 pub mod line_html;
 pub mod line_text;
 pub mod memlab_text;
+pub mod monitor_html;
+pub mod monitor_text;
 pub mod trace_data;
 pub mod trace_html;
 pub mod trace_text;

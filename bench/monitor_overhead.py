@@ -1,0 +1,145 @@
+"""Training monitor overhead: step time with ``memory_profiler`` recording every step vs
+without, side by side.
+
+GPU (when CUDA is available): the workloads of bench/trace_workloads.py (GPT-2 124M AdamW at
+8x512 and 1x64, ResNet-50 64x3x224x224 SGD momentum), optimizer state counted. CPU (always):
+the bundled TinyGPT at 2x64 tokens (CPU-bound, like GPT-2 1x64 on a GPU), timed in the
+training thread's CPU time, so the script prints something on a machine without a GPU too.
+Target: <= 1.03x.
+
+The variants alternate round after round (the machines drift by several percent between
+runs); each step is timed to its end (``torch.cuda.synchronize()``), and we print the
+medians, their ratio, and the monitor's own cost per step.
+
+    python bench/monitor_overhead.py [--rounds 9] [--steps 10] [--skip-gpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import io
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import memlab_rs
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed_steps(train_step, steps: int, sync, clock, monitor=None) -> list[float]:
+    times = []
+    for _ in range(steps):
+        t0 = clock()
+        train_step()
+        if monitor is not None:
+            monitor.record_stats()
+        sync()
+        times.append(clock() - t0)
+    return times
+
+
+def compare(name: str, train_step, model, optimizer, rounds: int, steps: int, sync, clock) -> None:
+    for _ in range(3):  # warm up: allocator, kernels, optimizer state
+        train_step()
+    sync()
+    plain: list[float] = []
+    monitored: list[float] = []
+    last = None
+    for _ in range(rounds):
+        plain += timed_steps(train_step, steps, sync, clock)
+        out = io.StringIO()
+        with memlab_rs.memory_profiler(model, optimizer=optimizer, file=out) as monitor:
+            monitored += timed_steps(train_step, steps, sync, clock, monitor)
+        last = monitor.rows()[-1]
+    a, b = statistics.median(plain), statistics.median(monitored)
+    print(
+        f"{name:<42} step {a * 1e3:8.2f} ms   monitored {b * 1e3:8.2f} ms   "
+        f"ratio {b / a:5.3f}x   cost {1e3 * (b - a):+.3f} ms/step"
+    )
+    assert last is not None
+    cats = ", ".join(f"{c} {last[c] / 2**20:.1f}" for c in memlab_rs.monitor.CATEGORIES)
+    print(
+        f"{'':<42} peak allocated {last['peak_allocated'] / 2**20:.1f} MiB in the "
+        f"{last['peak_window']} window = {cats} (MiB); feature maps "
+        f"{last['feature_maps'] / 2**20:.1f} MiB"
+    )
+
+
+def optimizer_of(train_step):
+    return inspect.getclosurevars(train_step).nonlocals["opt"]
+
+
+def cpu_workload():
+    from memlab_rs.models import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=1000, dim=128, layers=4, heads=4, context=128)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (2, 64))
+
+    def train_step():
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return train_step, model, opt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--skip-gpu", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"memlab_rs {memlab_rs.__version__}, torch {torch.__version__}, Python "
+        f"{platform.python_version()}, {args.rounds} rounds x {args.steps} steps per variant"
+    )
+    # CPU: one torch thread, timed in that thread's CPU time (time.thread_time), so other
+    # processes on a shared machine do not show; the backward runs on this thread too.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    step, model, opt = cpu_workload()
+    compare(
+        "CPU TinyGPT 2x64 AdamW (thread CPU time)",
+        step,
+        model,
+        opt,
+        args.rounds,
+        args.steps,
+        lambda: None,
+        time.thread_time,
+    )
+    torch.set_num_threads(threads)
+    if args.skip_gpu or not torch.cuda.is_available():
+        print("GPU: skipped (no CUDA)" if not args.skip_gpu else "GPU: skipped (--skip-gpu)")
+        return
+    import trace_workloads
+
+    print(f"GPU: {torch.cuda.get_device_name(0)}")
+    for name in trace_workloads.WORKLOADS:
+        step, model = trace_workloads.build(name)
+        compare(
+            trace_workloads.TITLES[name],
+            step,
+            model,
+            optimizer_of(step),
+            args.rounds,
+            args.steps,
+            torch.cuda.synchronize,
+            time.perf_counter,
+        )
+        del step, model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,670 @@
+"""A per-iteration training monitor: ``memory_profiler(model, print_period, csv)``.
+
+The original tool (a small research profiler) prints, every ``print_period`` iterations,
+a block of peak/current cached memory, feature maps, weights, weight gradients and
+intermediate gradients, and writes one CSV row per printed iteration. This one prints the
+same block line for line and makes every number exact (definitions in docs/guide.md).
+
+How it measures (one iteration = from one ``record_stats()`` to the next):
+
+- The allocator (``_core.MonitorSource``: CUDA's caching allocator, or the CPU source) is
+  sampled at each boundary, and its peaks are reset there, so each window between two
+  boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start (the
+  first unpack of a saved tensor), each backward end (an engine callback queued at backward
+  start, as torch's own ``BackwardHook`` does).
+- Saved activations: a ``saved_tensors_hooks`` pair, pushed as the default hooks for the
+  monitor's life on the thread that creates it. The pack hook returns ``t.detach()`` (a
+  fresh tensor only autograd holds: returning ``t`` itself would make a reference cycle
+  through ``t.grad_fn``) and keeps a weak reference to it, so "saved storages alive" is read
+  exactly at any boundary. A pair installed before the monitor (``save_on_cpu`` around the
+  whole loop, say) is chained: its pack runs first, and what it returns is what autograd
+  holds.
+- At each boundary the known tensors are read: parameters and buffers (their storages,
+  cached and re-validated by data pointer at each record), parameter gradients, optimizer
+  state, live saved storages; each storage once, on the monitored device only. The Rust
+  analysis (``src/monitor/windows.rs``) turns the windows into categories at the peak.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+from datetime import datetime
+from typing import Any, TextIO
+
+import torch
+
+from . import _core, _torch
+from ._categories import CATEGORIES
+
+_autograd = torch._C._autograd
+
+
+class _Held:
+    """What autograd holds when an outer hook pair was chained: the outer pack's result
+    (weak-referenceable, so its life is the graph's)."""
+
+    __slots__ = ("packed", "__weakref__")
+
+    def __init__(self, packed: Any) -> None:
+        self.packed = packed
+
+
+def _storage_of(t: torch.Tensor, device_index: int) -> tuple[int, int] | None:
+    """(storage address, bytes) of a tensor on the monitored device, else None."""
+    try:
+        if t.get_device() != device_index or t.is_meta:
+            return None
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        return (ptr, s.nbytes()) if ptr else None
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None  # sparse, nested or a wrapper subclass: no storage of its own
+
+
+class MemoryMonitor:
+    """Monitor a training loop's memory per iteration, as the original ``memory_profiler``
+    (``memlab_rs.memory_profiler`` is this class): call ``record_stats()`` after each step
+    and ``epoch_end()`` after each epoch; every ``print_period`` iterations the block is
+    printed (to ``file``, default stdout) and, with ``csv=True``, a row is appended to
+    ``<csv_dir>/<YYYYmmddHHMMSS>.csv``.
+
+    ``optimizer`` adds its state; ``device`` defaults to the model's; ``verbose`` adds
+    feature maps per module. Call ``stop()`` (or use ``with``) to remove the hooks. The
+    monitor resets the allocator's peak statistics at each boundary (docs/guide.md).
+
+    >>> import io, torch, memlab_rs
+    >>> model = torch.nn.Linear(1000, 500)
+    >>> with memlab_rs.memory_profiler(model, file=io.StringIO()) as monitor:
+    ...     model(torch.randn(8, 1000, requires_grad=True)).sum().backward()
+    ...     monitor.record_stats()
+    >>> monitor.rows()[0]["weight_usage"]
+    2002000
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        print_period: int = 1,
+        csv: bool = False,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        device: torch.device | str | int | None = None,
+        verbose: bool = False,
+        csv_dir: str | os.PathLike[str] = "memory_csv_data",
+        file: TextIO | None = None,
+    ) -> None:
+        _check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
+        self._model: Any = model
+        self._optimizer: Any = optimizer
+        self._print_period = int(print_period)
+        self._verbose = verbose
+        self._file = file
+        self._device = _monitored_device(model, device)
+        self._device_index = -1 if self._device == "cpu" else int(self._device[5:])
+        self.iteration = 0
+        self.epoch = 1
+        self.records: list[dict[str, Any]] = []
+        self._details: list[tuple[list[tuple[str, int]], list[tuple[str, int, int]]]] = []
+        self._stopped = False
+        self._thread = threading.get_ident()
+        self._lock = threading.RLock()
+        self._param_key: list[int] | None = None
+        self._rows: list[tuple[str, list[torch.nn.Parameter], int]] = []
+        self._param_bytes = 0
+        self._param_ptrs: set[int] = set()
+        self._buffer_bytes = 0
+        self._buffer_ptrs: set[int] = set()
+        self._buffer_key: list[int] | None = None
+        self._opt_ids: list[int] | None = None
+        self._opt_quick: tuple[int, int] | None = None
+        self._params: list[torch.Tensor] | None = None
+        self._buffers: list[torch.Tensor] = []
+        self._on_device: set[int] = set()
+        self._opt_state: dict[int, int] = {}
+        self._row_grads: list[int] = []
+        # Saved tensors: (weak reference to what autograd holds, module name or None).
+        self._saved: list[tuple[weakref.ref, str | None]] = []
+        self._module_stack: list[str] = []
+        self._handles: list[Any] = []
+        self._pack: Any = None
+        self._unpack: Any = None
+        self._chained = False
+        self._hooks_left = False
+        self._start: list[int] = []
+        self._windows: list[tuple[str, list[int], list[int], int]] = []
+        self._phase = "forward"
+        self._feature_maps: int | None = None
+        self._modules: list[tuple[str, int]] = []
+        self._peak_reserved = 0
+        self._backwards = 0
+        self._grads: list[tuple[str, int, int]] = []
+        self._known: set[int] = set()
+        self._source: Any = _core.MonitorSource(self._device)
+        self._csv_path: str | None = None
+        if csv:
+            self._csv_path = self._open_csv(os.fspath(csv_dir))
+        self._install_hooks()
+        if verbose:
+            self._install_module_hooks()
+        self._refresh_model_tensors()
+        self._new_iteration(self._boundary(self._source.read()[0]))
+
+    # ----- public API -------------------------------------------------------------------
+
+    def record_stats(self) -> None:
+        """End the iteration: read the allocator, categorise its peak, and every
+        ``print_period`` iterations print the block (and append a CSV row)."""
+        with self._lock:
+            self._check_running("record_stats")
+            allocated, peak, reserved, peak_reserved = self._source.read()
+            self._refresh_model_tensors()
+            end = self._boundary(allocated, full=True)
+            self._peak_reserved = max(self._peak_reserved, peak_reserved)
+            kind = "optimizer" if self._phase == "after" else "forward"
+            self._windows.append((kind, self._start, end, peak))
+            if self._feature_maps is None:  # no backward: the end of forward is now
+                self._feature_maps = end[5]
+                self._modules = self._module_activations()
+            self.iteration += 1
+            self._finish(end, reserved)
+            self._new_iteration(end)
+            if self.iteration % self._print_period == 0:
+                print("\n" + self.text(), file=self._file or sys.stdout)
+                if self._csv_path is not None:
+                    self._write_csv_row()
+
+    def epoch_end(self) -> None:
+        """Start the next epoch: iterations count from 1 again (as the original)."""
+        self._check_running("epoch_end")
+        print(f"Epoch {self.epoch} finished", file=self._file or sys.stdout)
+        self.iteration = 0
+        self.epoch += 1
+
+    def stop(self) -> None:
+        """Remove everything the monitor installed: its saved-tensor hooks (popped if they
+        are on top of this thread's stack, else made inert pass-throughs), the module hooks,
+        the CPU counting. The records stay. Calling it twice is harmless."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            top = _top_hooks()
+            if (
+                threading.get_ident() == self._thread
+                and top is not None
+                and top[0] is self._pack
+                and top[1] is self._unpack
+            ):
+                _autograd._pop_saved_tensors_default_hooks()
+                self._hooks_left = False
+            else:
+                self._hooks_left = True  # inert: they only call the chained pair, if any
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            self._saved = []
+            self._source = None
+            # Hold no tensor of the user's once stopped (the records are plain numbers).
+            self._rows = [(name, [], nbytes) for name, _ps, nbytes in self._rows]
+            self._model = self._optimizer = None
+            self._params, self._buffers = [], []
+            if not self._hooks_left:
+                self._pack = self._unpack = None
+
+    def __enter__(self) -> MemoryMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One plain dict per recorded iteration (bytes; keys in docs/guide.md)."""
+        return [dict(r) for r in self.records]
+
+    def to_dataframe(self) -> Any:
+        """The rows as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("to_dataframe() needs pandas: pip install pandas") from None
+        return pandas.DataFrame(self.rows())
+
+    def text(self, iteration: int | None = None) -> str:
+        """The original's block for one recorded iteration: ``iteration`` is the ``step``
+        of a row (1, 2, ... over the monitor's life); None means the latest."""
+        if not self.records:
+            raise ValueError("text(): nothing recorded yet; call record_stats() first")
+        if iteration is None:
+            index = len(self.records) - 1
+        elif isinstance(iteration, int) and 1 <= iteration <= len(self.records):
+            index = iteration - 1
+        else:
+            raise ValueError(
+                f"text(iteration={iteration!r}): steps recorded are 1 to {len(self.records)}"
+            )
+        r = self.records[index]
+        modules, weights = self._details[index]
+        return _core._monitor_text(
+            _figures(r), modules if self._verbose else [], weights, r["notice"]
+        )
+
+    def plot_html(self) -> str:
+        """Memory per iteration by category as one self-contained HTML fragment."""
+        labels = [f"{r['epoch']}:{r['iteration']}" for r in self.records]
+        values = [[r[c] for c in CATEGORIES] for r in self.records]
+        title = f"memlab_rs monitor — {self._device}, peak allocated by category per iteration"
+        return _core._monitor_html(title, list(CATEGORIES), labels, values)
+
+    def _repr_html_(self) -> str:
+        return self.plot_html()
+
+    def plot_png(self, path: str | os.PathLike[str]) -> None:
+        """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
+        matplotlib)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("plot_png() needs matplotlib: pip install matplotlib") from None
+        if not self.records:
+            raise ValueError("plot_png(): nothing recorded yet; call record_stats() first")
+        steps = [r["step"] for r in self.records]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = [0.0] * len(steps)
+        for name in CATEGORIES:
+            heights = [r[name] / 1e6 for r in self.records]
+            ax.bar(steps, heights, bottom=bottom, label=name)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.set_xlabel("recorded iteration")
+        ax.set_ylabel("MB at the iteration's peak")
+        ax.set_title(f"memory per iteration by category ({self._device})")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.fspath(path))
+        plt.close(fig)
+
+    @property
+    def csv_path(self) -> str | None:
+        """The CSV file written (None when ``csv=False``)."""
+        return self._csv_path
+
+    @property
+    def device(self) -> str:
+        """The device monitored: ``"cpu"`` or ``"cuda:N"``."""
+        return self._device
+
+    # ----- hooks ------------------------------------------------------------------------
+
+    def _install_hooks(self) -> None:
+        outer = _top_hooks()
+        saved = self._saved
+        stack = self._module_stack
+
+        if outer is None:
+
+            def pack(t: torch.Tensor) -> Any:
+                held = t.detach()
+                if saved is not None and not self._stopped:
+                    saved.append((weakref.ref(held), stack[-1] if stack else None))
+                return held
+
+            def unpack(held: Any) -> Any:
+                if self._phase != "backward" and not self._stopped:
+                    self._on_backward_start()
+                return held
+
+        else:
+            outer_pack, outer_unpack = outer
+
+            def pack(t: torch.Tensor) -> Any:
+                held = _Held(outer_pack(t))
+                if not self._stopped and isinstance(held.packed, torch.Tensor):
+                    saved.append((weakref.ref(held), stack[-1] if stack else None))
+                return held
+
+            def unpack(held: Any) -> Any:
+                if self._phase != "backward" and not self._stopped:
+                    self._on_backward_start()
+                return outer_unpack(held.packed)
+
+        self._pack, self._unpack = pack, unpack
+        self._chained = outer is not None
+        _autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+    def _install_module_hooks(self) -> None:
+        stack = self._module_stack
+
+        for name, module in self._model.named_modules():
+            label = name or type(self._model).__name__
+
+            def pre(_m: Any, _args: Any, label: str = label) -> None:
+                stack.append(label)
+
+            def post(_m: Any, _args: Any, _out: Any) -> None:
+                if stack:
+                    stack.pop()
+
+            self._handles.append(module.register_forward_pre_hook(pre))
+            self._handles.append(module.register_forward_hook(post, always_call=True))
+
+    def _on_backward_start(self) -> None:
+        with self._lock:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+            except RuntimeError:
+                return  # an unpack outside backward (reading grad_fn._saved_*): no boundary
+            allocated, peak, _reserved, peak_reserved = self._source.read()
+            end = self._boundary(allocated)
+            self._peak_reserved = max(self._peak_reserved, peak_reserved)
+            self._windows.append(("forward", self._start, end, peak))
+            if self._feature_maps is None:
+                self._feature_maps = end[5]
+                self._modules = self._module_activations()
+            self._start = end
+            self._phase = "backward"
+            self._backwards += 1
+
+    def _on_backward_end(self) -> None:
+        with self._lock:
+            if self._stopped or self._phase != "backward":
+                return
+            allocated, peak, _reserved, peak_reserved = self._source.read()
+            end = self._boundary(allocated)
+            self._peak_reserved = max(self._peak_reserved, peak_reserved)
+            self._windows.append(("backward", self._start, end, peak))
+            rows = zip(self._rows, self._row_grads)
+            self._grads = [(name, nbytes, grad) for (name, _ps, nbytes), grad in rows]
+            self._start = end
+            self._phase = "after"
+
+    # ----- what is live at a boundary ---------------------------------------------------
+
+    def _refresh_model_tensors(self) -> None:
+        """Re-read parameter and buffer storages when any data pointer changed (``.to()``,
+        ``.data =``). The parameter and buffer objects are listed once, at the start:
+        a module attribute re-assigned to a new Parameter later is not seen."""
+        if self._params is None:
+            self._params = list(self._model.parameters())
+            self._buffers = list(self._model.buffers())
+        key = [p.data_ptr() for p in self._params]
+        if key != self._param_key:
+            self._param_key = key
+            self._rows = _param_rows(self._model)
+            found = [_storage_of(p, self._device_index) for p in self._params]
+            unique = {f[0]: f[1] for f in found if f is not None}
+            self._param_ptrs = set(unique)
+            self._param_bytes = sum(unique.values())
+            self._on_device = {id(p) for p in self._params if p.get_device() == self._device_index}
+        bkey = [b.data_ptr() for b in self._buffers]
+        if bkey != self._buffer_key:
+            self._buffer_key = bkey
+            found = [_storage_of(b, self._device_index) for b in self._buffers]
+            unique = {f[0]: f[1] for f in found if f is not None and f[0] not in self._param_ptrs}
+            self._buffer_ptrs = set(unique)
+            self._buffer_bytes = sum(unique.values())
+
+    def _gradients(self) -> tuple[dict[int, int], list[int]]:
+        """Parameter gradients now: {storage: bytes} on the monitored device (parameters'
+        and buffers' storages excluded), and each row's gradient bytes (any device)."""
+        known = self._param_ptrs
+        on_device_params = self._on_device
+        on_device: dict[int, int] = {}
+        per_row = []
+        for _name, ps, _b in self._rows:
+            row: dict[int, int] = {}
+            for p in ps:
+                g = p.grad
+                if g is None:
+                    continue
+                try:
+                    s = g.untyped_storage()
+                except (RuntimeError, NotImplementedError, TypeError):
+                    continue  # a gradient without a storage of its own (sparse, subclass)
+                ptr = s.data_ptr()
+                row[ptr] = s.nbytes()
+                # A gradient lives on its parameter's device (autograd enforces it).
+                if ptr and id(p) in on_device_params and ptr not in known:
+                    on_device[ptr] = row[ptr]
+            per_row.append(sum(row.values()))
+        return on_device, per_row
+
+    def _optimizer_state(self, known: set[int], full: bool) -> dict[int, int]:
+        """{storage: bytes} of the optimizer's state tensors on the monitored device,
+        cached while the state holds the same tensor objects (optimizers update in place).
+        At a record (``full``) every tensor's identity is checked; at backward boundaries
+        only the state dict's identity and length (new state, ``load_state_dict``)."""
+        if self._optimizer is None:
+            return {}
+        state_dict = self._optimizer.state
+        quick = (id(state_dict), len(state_dict))
+        if not full and quick == self._opt_quick:
+            return self._opt_state
+        self._opt_quick = quick
+        values = [v for st in state_dict.values() for v in st.values()]
+        ids = [id(v) for v in values]
+        if ids != self._opt_ids:
+            state: dict[int, int] = {}
+            for value in values:
+                if isinstance(value, torch.Tensor):
+                    f = _storage_of(value, self._device_index)
+                    if f is not None and f[0] not in known:
+                        state[f[0]] = f[1]
+            self._opt_ids, self._opt_state = ids, state
+        return self._opt_state
+
+    def _boundary(self, allocated: int, full: bool = False) -> list[int]:
+        """[allocated, parameter, buffer, gradient, optimizer_state, activation] now."""
+        grads, self._row_grads = self._gradients()
+        known = self._param_ptrs | self._buffer_ptrs | grads.keys()
+        state = self._optimizer_state(known, full)
+        known |= state.keys()
+        self._known = known
+        return [
+            allocated,
+            self._param_bytes,
+            self._buffer_bytes,
+            sum(grads.values()),
+            sum(state.values()),
+            self._live_activations(known),
+        ]
+
+    def _live_activations(self, known: set[int]) -> int:
+        """Bytes of the distinct saved storages alive now, known categories excluded; drops
+        the entries autograd no longer holds."""
+        index = self._device_index
+        alive = []
+        seen: dict[int, int] = {}
+        for entry in self._saved:
+            held = entry[0]()
+            if held is None:
+                continue
+            alive.append(entry)
+            t = held.packed if type(held) is _Held else held
+            try:  # inlined _storage_of: this loop runs over every saved tensor
+                if t.get_device() != index:
+                    continue
+                s = t.untyped_storage()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            ptr = s.data_ptr()
+            if ptr and ptr not in known:
+                seen[ptr] = s.nbytes()
+        self._saved[:] = alive
+        return sum(seen.values())
+
+    def _module_activations(self) -> list[tuple[str, int]]:
+        """Live saved storages by the module that saved them first (verbose only)."""
+        if not self._verbose:
+            return []
+        out: dict[str, int] = {}
+        seen: set[int] = set()
+        for ref, module in self._saved:
+            held = ref()
+            if held is None:
+                continue
+            t = held.packed if isinstance(held, _Held) else held
+            f = _storage_of(t, self._device_index)
+            if f is None or f[0] in seen or f[0] in self._known:
+                continue
+            seen.add(f[0])
+            name = module or "(outside the model's modules)"
+            out[name] = out.get(name, 0) + f[1]
+        return list(out.items())
+
+    # ----- iteration bookkeeping --------------------------------------------------------
+
+    def _new_iteration(self, start: list[int]) -> None:
+        self._start = start
+        self._windows = []
+        self._phase = "forward"
+        self._feature_maps = None
+        self._modules = []
+        self._peak_reserved = 0
+        self._backwards = 0
+        self._grads = [(name, nbytes, 0) for name, _ps, nbytes in self._rows]
+
+    def _finish(self, end: list[int], reserved: int) -> None:
+        result = _core._monitor_iteration(self._windows)
+        assert result is not None  # record_stats appended a window
+        best, cats, intermediate, inexact = result
+        kind, _start, _end, peak = self._windows[best]
+        notice = self._source.notice()
+        if inexact:
+            notice = (notice + " " if notice else "") + (
+                "Known tensors exceeded the allocator's count at a boundary (storages it did "
+                "not allocate): 'other' was clamped to 0."
+            )
+        if self._chained:
+            notice = (notice + " " if notice else "") + (
+                "An outer saved-tensor hook pair was chained: feature maps count what it "
+                "returns when that is a tensor on the monitored device."
+            )
+        record: dict[str, Any] = {
+            "step": len(self.records) + 1,
+            "epoch": self.epoch,
+            "iteration": self.iteration,
+            "peak_cached": self._peak_reserved,
+            "current_cached": reserved,
+            "feature_maps": self._feature_maps or 0,
+            "weight_usage": sum(n for _name, _ps, n in self._rows),
+            "weight_gradient_usage": sum(g for _n, _b, g in self._grads),
+            "intermediate_gradients": intermediate,
+            "optimizer_state_usage": end[4] if self._optimizer is not None else None,
+            "peak_allocated": peak,
+            "peak_window": kind,
+            "backward_passes": self._backwards,
+        }
+        record.update(zip(CATEGORIES, cats))
+        record["notice"] = notice
+        self.records.append(record)
+        self._details.append((self._modules, self._grads))
+
+    # ----- CSV --------------------------------------------------------------------------
+
+    def _open_csv(self, directory: str) -> str:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, datetime.now().strftime("%Y%m%d%H%M%S") + ".csv")
+        names = [name for name, _ps, _n in _param_rows(self._model)]
+        with open(path, "w") as f:
+            f.write(_core._monitor_csv_header(names))
+        print(f"Logging data in {path}", file=self._file or sys.stdout)
+        return path
+
+    def _write_csv_row(self) -> None:
+        assert self._csv_path is not None
+        with open(self._csv_path, "a") as f:
+            f.write(_core._monitor_csv_row(_figures(self.records[-1]), self._details[-1][1]))
+
+    def _check_running(self, what: str) -> None:
+        if self._stopped:
+            raise RuntimeError(f"{what}(): this monitor was stopped; create a new one")
+
+
+def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int, int, int | None]:
+    return (
+        r["iteration"],
+        r["epoch"],
+        r["peak_cached"],
+        r["current_cached"],
+        r["feature_maps"],
+        r["intermediate_gradients"],
+        r["optimizer_state_usage"],
+    )
+
+
+def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:
+    """(names joined by '+', the parameters, storage bytes), one per parameter storage:
+    tied weights once, under all their names."""
+    by_storage: dict[int, tuple[list[str], list[Any], int]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        s = p.untyped_storage()
+        entry = by_storage.setdefault(s.data_ptr(), ([], [], s.nbytes()))
+        if name not in entry[0]:
+            entry[0].append(name)
+        if not any(q is p for q in entry[1]):
+            entry[1].append(p)
+    return [("+".join(n), ps, b) for n, ps, b in by_storage.values()]
+
+
+def _top_hooks() -> tuple[Any, Any] | None:
+    top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:  # older torch: cannot see an outer pair; documented limitation
+        return None
+    return top(False)
+
+
+def _monitored_device(model: torch.nn.Module, device: Any) -> str:
+    if device is None:
+        first = next(iter(model.parameters()), None)
+        if first is None:
+            return "cpu"
+        device = first.device
+    key = _torch.report_device(device, "device")
+    if key != "cpu" and not key.startswith("cuda:"):
+        raise ValueError(
+            f"memory_profiler: device={device!r}: only 'cpu' and CUDA devices have an "
+            "allocator to read (pass device='cpu' or 'cuda:N')"
+        )
+    return key
+
+
+def _check_arguments(
+    model: Any,
+    print_period: Any,
+    csv: Any,
+    optimizer: Any,
+    verbose: Any,
+    csv_dir: Any,
+    file: Any,
+) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"memory_profiler: model must be a torch.nn.Module, got {type(model).__name__}"
+        )
+    if isinstance(print_period, bool) or not isinstance(print_period, int) or print_period < 1:
+        raise ValueError(
+            f"memory_profiler: print_period must be an integer >= 1 (print every N "
+            f"iterations), got {print_period!r}"
+        )
+    for name, value in (("csv", csv), ("verbose", verbose)):
+        if not isinstance(value, bool):
+            raise TypeError(f"memory_profiler: {name} must be True or False, got {value!r}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            "memory_profiler: optimizer must be a torch.optim.Optimizer (its state is "
+            f"counted), got {type(optimizer).__name__}"
+        )
+    if not isinstance(csv_dir, (str, os.PathLike)):
+        raise TypeError(f"memory_profiler: csv_dir must be a path, got {csv_dir!r}")
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise TypeError(f"memory_profiler: file must have a write() method, got {file!r}")
+
+
+memory_profiler = MemoryMonitor
+"""The original tool's name: ``memory_profiler(model, print_period=1, csv=False)`` is a
+:class:`MemoryMonitor`."""

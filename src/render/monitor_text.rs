@@ -1,0 +1,213 @@
+//! The training monitor's printed block and CSV rows, in the layout of the original
+//! per-iteration memory profiler (dotted leaders: the label padded with dots to 35
+//! characters, the value right-aligned with dots in 5, then " MB"; indented rows pad to 33
+//! after two spaces; MB are decimal megabytes rounded half to even, as Python's `round`).
+
+use pyo3::prelude::*;
+
+/// Bytes to the original's integer MB: `round(bytes / 1e6)`, ties to even.
+pub fn mb(bytes: i64) -> i64 {
+    (bytes as f64 / 1e6).round_ties_even() as i64
+}
+
+fn line(label: &str, bytes: i64) -> String {
+    format!("{label:.<35}{:.>5} MB", mb(bytes))
+}
+
+fn row(label: &str, bytes: i64) -> String {
+    format!("  {label:.<33}{:.>5} MB", mb(bytes))
+}
+
+/// What one printed block shows.
+#[derive(Clone, Debug, Default)]
+pub struct Block {
+    pub iteration: i64,
+    pub epoch: i64,
+    pub peak_cached: i64,
+    pub current_cached: i64,
+    pub feature_maps: i64,
+    /// Per module feature maps (verbose only; empty otherwise).
+    pub modules: Vec<(String, i64)>,
+    /// (parameter name, bytes, its gradient's bytes), one per storage.
+    pub weights: Vec<(String, i64, i64)>,
+    pub intermediate: i64,
+    /// Optimizer state bytes, when an optimizer was given.
+    pub optimizer_state: Option<i64>,
+    /// Said under the block when the figures may be incomplete.
+    pub notice: Option<String>,
+}
+
+/// The block without the blank line the original prints before it.
+pub fn block(b: &Block) -> String {
+    let stars = "*".repeat(43);
+    let mut out = vec![
+        stars.clone(),
+        format!(
+            "Memory Usage for Iteration {} of Epoch {}",
+            b.iteration, b.epoch
+        ),
+        stars,
+        line("Peak cached", b.peak_cached),
+        line("Current cached", b.current_cached),
+        line("Total feature map usage", b.feature_maps),
+    ];
+    out.extend(b.modules.iter().map(|(name, bytes)| row(name, *bytes)));
+    out.push(String::new());
+    let weights: i64 = b.weights.iter().map(|w| w.1).sum();
+    out.push(line("Total layer weight usage", weights));
+    out.extend(b.weights.iter().map(|(name, bytes, _)| row(name, *bytes)));
+    out.push(String::new());
+    let grads: i64 = b.weights.iter().map(|w| w.2).sum();
+    out.push(line("Total layer weight gradient usage", grads));
+    out.extend(
+        b.weights
+            .iter()
+            .map(|(name, _, grad)| row(&format!("{name} grad"), *grad)),
+    );
+    out.push(line("Intermediate gradients", b.intermediate));
+    if let Some(state) = b.optimizer_state {
+        out.push(line("Total optimizer state usage", state));
+    }
+    if let Some(notice) = &b.notice {
+        out.push(format!("Note: {notice}"));
+    }
+    out.join("\n")
+}
+
+/// The CSV header, in the original's column order.
+pub fn csv_header(names: &[String]) -> String {
+    let mut s = String::from(
+        "epoch,iteration,peak_cached,current_cached,total_feature_map_usage,total_weight_usage,",
+    );
+    for name in names {
+        s.push_str(name);
+        s.push(',');
+    }
+    s.push_str("total_layer_weight_gradient_usage,");
+    for name in names {
+        s.push_str(name);
+        s.push_str("_grad,");
+    }
+    s.push_str("intermediate_gradients\n");
+    s
+}
+
+/// One CSV row (all values integer MB).
+pub fn csv_row(b: &Block) -> String {
+    let mut cells = vec![
+        b.epoch,
+        b.iteration,
+        mb(b.peak_cached),
+        mb(b.current_cached),
+        mb(b.feature_maps),
+        mb(b.weights.iter().map(|w| w.1).sum()),
+    ];
+    cells.extend(b.weights.iter().map(|w| mb(w.1)));
+    cells.push(mb(b.weights.iter().map(|w| w.2).sum()));
+    cells.extend(b.weights.iter().map(|w| mb(w.2)));
+    cells.push(mb(b.intermediate));
+    let text: Vec<String> = cells.iter().map(i64::to_string).collect();
+    text.join(",") + "\n"
+}
+
+/// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps,
+/// intermediate, optimizer_state or None).
+type Figures = (i64, i64, i64, i64, i64, i64, Option<i64>);
+
+fn to_block(
+    figures: Figures,
+    modules: Vec<(String, i64)>,
+    weights: Vec<(String, i64, i64)>,
+    notice: Option<String>,
+) -> Block {
+    let (iteration, epoch, peak_cached, current_cached, feature_maps, intermediate, optimizer) =
+        figures;
+    Block {
+        iteration,
+        epoch,
+        peak_cached,
+        current_cached,
+        feature_maps,
+        modules,
+        weights,
+        intermediate,
+        optimizer_state: optimizer,
+        notice,
+    }
+}
+
+/// The printed block (see `block`).
+#[pyfunction]
+#[pyo3(signature = (figures, modules, weights, notice=None))]
+pub fn _monitor_text(
+    figures: Figures,
+    modules: Vec<(String, i64)>,
+    weights: Vec<(String, i64, i64)>,
+    notice: Option<String>,
+) -> String {
+    block(&to_block(figures, modules, weights, notice))
+}
+
+/// The CSV header for these parameter names.
+#[pyfunction]
+pub fn _monitor_csv_header(names: Vec<String>) -> String {
+    csv_header(&names)
+}
+
+/// One CSV row.
+#[pyfunction]
+pub fn _monitor_csv_row(figures: Figures, weights: Vec<(String, i64, i64)>) -> String {
+    csv_row(&to_block(figures, Vec::new(), weights, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaders_match_the_original() {
+        assert_eq!(
+            line("Peak cached", 857_000_000),
+            "Peak cached..........................857 MB"
+        );
+        assert_eq!(
+            row("mf_user_embed.weight", 35_000_000),
+            "  mf_user_embed.weight................35 MB"
+        );
+        assert_eq!(
+            line("Total layer weight gradient usage", 127_000_000),
+            "Total layer weight gradient usage....127 MB"
+        );
+        assert_eq!(
+            line("Intermediate gradients", 34_000_000),
+            "Intermediate gradients................34 MB"
+        );
+    }
+
+    #[test]
+    fn megabytes_round_half_to_even() {
+        assert_eq!(mb(500_000), 0);
+        assert_eq!(mb(1_500_000), 2);
+        assert_eq!(mb(2_500_000), 2);
+        assert_eq!(mb(2_500_001), 3);
+    }
+
+    #[test]
+    fn csv_has_the_original_columns() {
+        let names = vec!["a.weight".to_string()];
+        assert_eq!(
+            csv_header(&names),
+            "epoch,iteration,peak_cached,current_cached,total_feature_map_usage,\
+             total_weight_usage,a.weight,total_layer_weight_gradient_usage,a.weight_grad,\
+             intermediate_gradients\n"
+        );
+        let b = Block {
+            iteration: 2,
+            epoch: 1,
+            peak_cached: 3_000_000,
+            weights: vec![("a.weight".into(), 2_000_000, 2_000_000)],
+            ..Default::default()
+        };
+        assert_eq!(csv_row(&b), "1,2,3,0,0,2,2,2,2,0\n");
+    }
+}
