@@ -165,7 +165,7 @@ impl TrackerCore {
 /// >>> rows = [dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=8,
 /// ...              type="<class 'torch.Tensor'>", names=[])]
 /// >>> print(render_tracker_block(rows, True, "a.py line 3: f", 8, 8, None).strip())
-/// + | 1 * Size:(2,)                 | Memory: 7.6293 M | <class 'torch.Tensor'> | torch.float32
+/// + | 1 * Size:(2,)                 | Memory: 0.0000 M | <class 'torch.Tensor'> | torch.float32
 /// <BLANKLINE>
 /// At a.py line 3: f                                      Total Tensor Used Memory:0.0    Mb Total Allocated Memory:0.0    Mb
 #[pyfunction]
