@@ -2,6 +2,7 @@
 //! capability modules define.
 
 pub mod courtesy;
+pub mod estimate;
 pub mod gc_walk;
 pub mod line_profiler;
 pub mod render;
@@ -74,6 +75,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
+    m.add_function(wrap_pyfunction!(render::estimate_text::_estimate_text, m)?)?;
+    m.add_function(wrap_pyfunction!(render::estimate_html::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     Ok(())
 }
