@@ -7,6 +7,7 @@ from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+from .estimate import MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .profile import (
     clear_global_line_profiler,
@@ -24,12 +25,15 @@ __all__ = [
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
+    "MemoryEstimate",
     "MemoryReport",
     "RestoreReport",
     "TensorRow",
     "YieldReport",
     "clear_global_line_profiler",
+    "estimate",
     "global_line_profiler",
+    "max_batch_size",
     "profile",
     "profile_every",
     "readable_size",
