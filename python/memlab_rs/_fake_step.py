@@ -35,9 +35,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ._categories import CATEGORIES
 
 ALLOC, FREE, PHASE = 0, 1, 2
-# The replay's categories: the shared ones, then the workspaces fake tensors do not show
-# (reported under "other", kept apart so that intermediates can leave them out).
-REPLAY_CATEGORIES = (*CATEGORIES, "workspace")
+# The replay's categories: the shared ones, then two reported under "other" but kept apart:
+# the workspaces fake tensors do not show (intermediates leave them out) and the inputs
+# (``other`` even when autograd saves them, as _categories lists them).
+REPLAY_CATEGORIES = (*CATEGORIES, "workspace", "input")
 _CAT = {name: i for i, name in enumerate(REPLAY_CATEGORIES)}
 
 # cuBLAS ops: the first on a thread gives its handle a workspace from the caching allocator
@@ -111,13 +112,21 @@ class Book:
 
     def set_category(self, tensor: torch.Tensor, category: str) -> None:
         ident = self.storage_id(tensor) if isinstance(tensor, torch.Tensor) else None
-        if ident is not None and _rank(category) < _rank(CATEGORIES[self.categories[ident]]):
+        if ident is not None and _rank(category) < _rank(REPLAY_CATEGORIES[self.categories[ident]]):
             self.categories[ident] = _CAT[category]
 
 
-# Precedence (``_categories``): parameter, buffer, gradient, optimizer state, activation,
-# then other and temporary, which only ever replace each other by being set first.
-_PRECEDENCE = ("parameter", "buffer", "gradient", "optimizer_state", "activation", "other")
+# Precedence (``_categories``): parameter, buffer, (inputs), gradient, optimizer state,
+# activation, other; temporary is what is left.
+_PRECEDENCE = (
+    "parameter",
+    "buffer",
+    "input",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "other",
+)
 
 
 def _rank(category: str) -> int:

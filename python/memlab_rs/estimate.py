@@ -157,8 +157,9 @@ def estimate(
       output's ``loss`` (transformers models given labels), else the output's sum.
     - `dtype`: cast floating parameters, buffers and inputs to it (as ``model.to(dtype)``).
 
-    The step is written as a function: its outputs and loss die when it returns; gradients
-    are set to None after the optimizer step. The model is never modified.
+    The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
+    opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
+    returns. The model is never modified.
 
     >>> import torch
     >>> from memlab_rs import estimate
@@ -191,7 +192,7 @@ def estimate(
     inputs = fake_inputs(example_inputs, mode, run_on, dtype)
     fake_targets = fake_inputs(targets, mode, run_on, dtype)
     for t in output_tensors([inputs, fake_targets]):
-        book.see(t, "input", "other")
+        book.see(t, "input", "input")
     params = [p for p in fmodel.parameters() if p.requires_grad]
     with mode:
         opt = _make_optimizer(optimizer, params, optimizer_kwargs, cuda, notes)
@@ -244,7 +245,6 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
         for p in params:
             if p.grad is not None:
                 book.set_category(p.grad, "gradient")
-    del output, loss
     if opt is not None and backward:
         book.phase_begin(f"optimizer {step}")
         opt.step()
@@ -253,6 +253,9 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
                 if isinstance(value, torch.Tensor):
                     book.set_category(value, "optimizer_state")
         opt.zero_grad(set_to_none=True)
+    # The output and the loss live to the end of the step, as in
+    # `out = model(x); loss = ...; loss.backward(); opt.step()`.
+    del output, loss
 
 
 def _make_optimizer(spec, params, kwargs, cuda: bool, notes: list[str]):
@@ -334,7 +337,7 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
         dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
         parameters=setup["parameter"],
         buffers=setup["buffer"],
-        inputs=setup["other"],
+        inputs=setup["input"],
         gradients=last("backward", "gradient"),
         optimizer_state=last("optimizer", "optimizer_state"),
         activations=end["forward 1"]["activation"],
@@ -356,9 +359,9 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
 
 
 def _public(by_category: dict[str, int]) -> dict[str, int]:
-    """The shared categories: workspaces count under ``other``."""
+    """The shared categories: workspaces and inputs count under ``other``."""
     out = {c: by_category[c] for c in CATEGORIES}
-    out["other"] += by_category["workspace"]
+    out["other"] += by_category["workspace"] + by_category["input"]
     return out
 
 
