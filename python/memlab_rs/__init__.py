@@ -7,7 +7,7 @@ from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
-from .estimate import MemoryEstimate, estimate, max_batch_size
+from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .profile import (
     clear_global_line_profiler,
@@ -22,6 +22,7 @@ __all__ = [
     "Courtesy",
     "CourtesyRestoreError",
     "DEFAULT_COLUMNS",
+    "FakeStepError",
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",

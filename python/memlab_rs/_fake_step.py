@@ -70,6 +70,7 @@ class Book:
     phase_names: list[str] = field(default_factory=list)
     saved: set[int] = field(default_factory=set)
     live: dict[int, int] = field(default_factory=dict)  # StorageImpl address -> id
+    alloc_at: dict[int, int] = field(default_factory=dict)  # id -> index of its alloc event
     refs: dict[int, weakref.ref] = field(default_factory=dict)
     phase: str = ""
 
@@ -99,9 +100,16 @@ class Book:
         self.categories.append(_CAT[category])
         self.origins.append(f"{origin} ({self.phase})")
         self.live[key] = ident
+        self.alloc_at[ident] = len(self.events)
         self.events.append((ALLOC, ident, storage.nbytes()))
         self.refs[ident] = weakref.ref(storage, _freed(self, key, ident))
         return ident
+
+    def uncount(self, tensor: torch.Tensor) -> None:
+        """`tensor` lives elsewhere on the real device (a CPU scalar): it counts 0 bytes."""
+        ident = self.storage_id(tensor)
+        if ident is not None:
+            self.events[self.alloc_at[ident]] = (ALLOC, ident, 0)
 
     def synthetic(self, nbytes: int, origin: str) -> None:
         """An allocation fake tensors do not show (a cuBLAS workspace): never freed."""
@@ -189,6 +197,10 @@ class _CudaKernels(TorchFunctionMode):
     """Runs what CUDA runs where its composite ops branch on the device (meta tensors take
     the CPU branch): the fused dropout and the SDPA kernels."""
 
+    def __init__(self, book: Book):
+        super().__init__()
+        self.book = book
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.dropout:
@@ -226,9 +238,13 @@ class _CudaKernels(TorchFunctionMode):
             if mask is not None and mask.dtype == torch.bool:
                 return func(*args, **kwargs)  # converted to a float bias first: not modelled
             grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-            return torch.ops.aten._scaled_dot_product_efficient_attention(
+            out, _lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, mask, grad, p, causal, scale=scale
-            )[0]
+            )
+            # CUDA makes the philox seed and offset on the CPU (outside graph capture).
+            self.book.uncount(seed)
+            self.book.uncount(offset)
+            return out
         return func(*args, **kwargs)
 
 

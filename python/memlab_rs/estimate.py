@@ -199,7 +199,7 @@ def estimate(
     workspaces = _cublas_workspaces(target, notes) if cuda else None
     recorder = _Recorder(book, workspaces)
     steps = 2 if opt is not None and backward else 1
-    kernels = _CudaKernels() if cuda else contextlib.nullcontext()
+    kernels = _CudaKernels(book) if cuda else contextlib.nullcontext()
     try:
         with mode, kernels, recorder:
             for step in range(1, steps + 1):
