@@ -3,7 +3,8 @@
 For GPT-2 124M (transformers, 8 x 512 tokens, AdamW) and ResNet-50 (torchvision, batch 64,
 SGD with momentum), with random weights:
 
-- ours: ``memlab_rs.estimate`` (model built on the meta device, nothing allocated);
+- ours: ``memlab_rs.estimate`` (model built on the meta device, nothing allocated; timed
+  again for the model built with random CPU weights);
 - accelerate: ``accelerate estimate-memory``'s "Training using Adam" figure, computed as its
   source computes it (accelerate/commands/estimate.py, ``estimate_training_usage``, float32:
   the maximum of model, gradients, optimizer = 2 x model and step = 4 x model, so 4 x the
@@ -229,8 +230,17 @@ def main() -> None:
             real = real_steps(make(None))
             print("real:", real)
         truth = max(real["step 1"], real["step 2"]) if real else None
+        # The same estimate for the model built with real (random) CPU weights: nothing of
+        # their data is read, so it takes as long.
+        with_weights = ours(make(None))
+        assert with_weights.peak_allocated == est.peak_allocated
         rows = [
-            ("memlab_rs.estimate", est.peak_allocated, est.seconds),
+            ("memlab_rs.estimate (model on meta)", est.peak_allocated, est.seconds),
+            (
+                "memlab_rs.estimate (model with CPU weights)",
+                est.peak_allocated,
+                with_weights.seconds,
+            ),
             ("accelerate estimate-memory rule", acc, 0.0),
             ("MemTracker + FakeTensorMode" + (f" ({mt_err})" if mt_err else ""), mt_peak, mt_s),
         ]
