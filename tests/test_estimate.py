@@ -259,3 +259,37 @@ def test_plain_data_html_and_golden_text():
     assert "<table" in est._repr_html_() and "TinyGPT" in est._repr_html_()
     expected = (FIXTURES / "tinygpt_cuda.txt").read_text()
     assert est.text() == expected
+
+
+def _forward_allocations(model, x, run_on, emulate):
+    """(op, bytes) of every storage the forward allocates, run on fake `run_on` tensors."""
+    import contextlib
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memlab_rs import _fake_step as fs
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    book = fs.Book("cuda")
+    book.counts = lambda t: t.device.type == run_on
+    book.phase_begin("setup")
+    fake = fs.fake_model(model, mode, torch.device(run_on), None)
+    inputs = fs.fake_inputs(x, mode, torch.device(run_on), None)
+    book.phase_begin("forward 1")
+    kernels = fs._CudaKernels(book) if emulate else contextlib.nullcontext()
+    with mode, kernels, fs._Recorder(book, None):
+        fake(inputs).sum()
+    return [(book.origins[i].split(" (")[0], b) for op, i, b in book.events if op == 0]
+
+
+def test_cuda_emulation_on_meta_allocates_what_fake_cuda_tensors_allocate():
+    # Fake CUDA tensors can run a forward without a GPU (not a backward): there, CUDA's
+    # branches of the composite ops are taken by torch itself. The emulation must match.
+    model = torch.nn.Sequential(
+        torch.nn.Dropout(0.1), TinyGPT(**SMALL), torch.nn.Dropout(0.2), torch.nn.GELU()
+    )
+    model[0] = torch.nn.Identity()  # the token ids go in first; dropout acts on floats
+    x = torch.zeros(2, 8, dtype=torch.long)
+    emulated = _forward_allocations(model, x, "meta", emulate=True)
+    assert ("aten.native_dropout.default", 2 * 8 * 100) in emulated  # the 1-byte mask
+    assert emulated == _forward_allocations(model, x, "cuda", emulate=False)
