@@ -105,7 +105,7 @@ class MemoryEstimate:
         return _core._estimate_text(self.model, self._lines(), notes)
 
     def __str__(self) -> str:
-        return self.text()
+        return self.text().rstrip("\n")  # print() adds the last newline
 
     def _repr_html_(self) -> str:
         return _core._estimate_html(self.model, self._lines(), self.notes)
