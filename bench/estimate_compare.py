@@ -124,7 +124,7 @@ def memtracker_fake(make, device: str) -> tuple[int | None, float, str]:
     started = time.perf_counter()
     try:
         with FakeTensorMode(), torch.device(device):
-            w = make(None)
+            w = make(device)  # the model, and (under this device) the inputs, on it
             model = w["model"]
             inputs, targets = _move(w["inputs"], device), _move(w["targets"], device)
             opt = w["optimizer"](model.parameters(), **w["optimizer_kwargs"])
@@ -182,11 +182,11 @@ def _measure(w: dict[str, Any]) -> dict[str, int]:
     torch.cuda.reset_peak_memory_stats()
     loss.backward()
     result["backward 3"] = torch.cuda.max_memory_allocated()
-    del out, loss
     torch.cuda.reset_peak_memory_stats()
     opt.step()
     result["optimizer 3"] = torch.cuda.max_memory_allocated()
     opt.zero_grad(set_to_none=True)
+    del out, loss  # as in step(): they live to the end of the step
     result["end"] = torch.cuda.memory_allocated()
     return result
 
