@@ -2,6 +2,7 @@
 //! capability modules define.
 
 pub mod courtesy;
+pub mod estimate;
 pub mod gc_walk;
 pub mod line_profiler;
 pub mod monitor;
@@ -87,6 +88,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?)?;
     m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_csv_row, m)?)?;
     m.add_function(wrap_pyfunction!(render::monitor_html::_monitor_html, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
+    m.add_function(wrap_pyfunction!(render::estimate_text::_estimate_text, m)?)?;
+    m.add_function(wrap_pyfunction!(render::estimate_html::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     Ok(())
 }

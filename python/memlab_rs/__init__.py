@@ -7,6 +7,7 @@ from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .monitor import MemoryMonitor, memory_profiler
 from .profile import (
@@ -20,13 +21,15 @@ from .reporter import MemoryReport, MemReporter, TensorRow
 from .tracker import MemTracker, TrackResult, TrackRow
 
 __all__ = [
+    "DEFAULT_COLUMNS",
     "Courtesy",
     "CourtesyRestoreError",
-    "DEFAULT_COLUMNS",
+    "FakeStepError",
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
     "MemTracker",
+    "MemoryEstimate",
     "MemoryMonitor",
     "MemoryReport",
     "RestoreReport",
@@ -35,7 +38,9 @@ __all__ = [
     "TrackRow",
     "YieldReport",
     "clear_global_line_profiler",
+    "estimate",
     "global_line_profiler",
+    "max_batch_size",
     "memory_profiler",
     "profile",
     "profile_every",

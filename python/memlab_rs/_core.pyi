@@ -41,6 +41,9 @@ __all__ = [
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
+    "_estimate_html",
+    "_estimate_replay",
+    "_estimate_text",
     "_fork_child",
     "_fork_parent",
     "_fork_prepare",
@@ -302,6 +305,22 @@ def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None
 def _trace_timeline_html(view: dict[str, Any]) -> str:
     """The timeline of a trace as one self-contained HTML page, from a dict with the keys
     of ``report.timeline(device)``."""
+
+# estimate/ and render/estimate_*.rs
+def _estimate_replay(
+    device_type: str,
+    recorded: Sequence[tuple[int, int, int]],
+    categories: Sequence[int],
+    n_categories: int,
+    n_phases: int,
+) -> dict[str, Any]:
+    """Replay a recorded step's (op, id, bytes) events through the allocator model."""
+
+def _estimate_text(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
+    """An estimate's figures in Pytorch-Memory-Utils' ``modelsize`` style."""
+
+def _estimate_html(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
+    """An estimate's figures as an HTML table."""
 
 # courtesy.rs
 @final

@@ -1,5 +1,7 @@
 //! Renderers: plain results in, text out. One module per format; none of them collects.
 
+pub mod estimate_html;
+pub mod estimate_text;
 pub mod html;
 pub mod json;
 pub mod line;

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 
 use super::model::{Action, BlockState, DeviceTrace, Event, IntMap, Source, StackId, Trace};
 
-const MIN_BLOCK: u64 = 512;
-const SMALL_SIZE: u64 = 1 << 20;
-const SMALL_SEGMENT: u64 = 2 << 20;
+pub(crate) const MIN_BLOCK: u64 = 512;
+pub(crate) const SMALL_SIZE: u64 = 1 << 20;
+pub(crate) const SMALL_SEGMENT: u64 = 2 << 20;
 
 /// One allocation alive before the recorded events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,16 +63,17 @@ struct SimBlock {
     state: State,
 }
 
-/// The replayed layout of one device's segments.
+/// The replayed layout of one device's segments (the estimate drives it too, choosing
+/// addresses itself with `best_fit`).
 #[derive(Default)]
-struct Layout {
+pub(crate) struct Layout {
     blocks: BTreeMap<u64, SimBlock>,
     /// Segment start -> size.
     segments: BTreeMap<u64, u64>,
 }
 
 impl Layout {
-    fn segment_alloc(&mut self, addr: u64, size: u64, small: bool) {
+    pub(crate) fn segment_alloc(&mut self, addr: u64, size: u64, small: bool) {
         self.segments.insert(addr, size);
         self.blocks.insert(
             addr,
@@ -99,7 +100,12 @@ impl Layout {
 
     /// The block the allocator hands out for `requested` bytes at `addr`, or None when the
     /// replay has no free block there.
-    fn alloc(&mut self, addr: u64, requested: u64, max_split: Option<u64>) -> Option<u64> {
+    pub(crate) fn alloc(
+        &mut self,
+        addr: u64,
+        requested: u64,
+        max_split: Option<u64>,
+    ) -> Option<u64> {
         let size = round_size(requested);
         let block = self.blocks.get_mut(&addr)?;
         if block.state != State::Free || block.size < size {
@@ -125,14 +131,25 @@ impl Layout {
         Some(size)
     }
 
-    fn free_requested(&mut self, addr: u64) {
+    /// The free block the caching allocator picks for a request of `size` (rounded) bytes
+    /// in one pool: the smallest that fits, the lowest address among equals (its pools are
+    /// sets ordered by size, then address).
+    pub(crate) fn best_fit(&self, size: u64, small: bool) -> Option<u64> {
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.state == State::Free && b.small == small && b.size >= size)
+            .min_by_key(|(addr, b)| (b.size, **addr))
+            .map(|(addr, _)| *addr)
+    }
+
+    pub(crate) fn free_requested(&mut self, addr: u64) {
         if let Some(block) = self.blocks.get_mut(&addr) {
             block.state = State::Pending;
         }
     }
 
     /// The block at `addr` is free for reuse: merge it with free neighbours in its segment.
-    fn free_completed(&mut self, addr: u64) {
+    pub(crate) fn free_completed(&mut self, addr: u64) {
         let Some(mut block) = self.blocks.get(&addr).copied() else {
             return;
         };

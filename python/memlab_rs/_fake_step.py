@@ -1,0 +1,343 @@
+"""Running a training step on fake tensors and recording every storage's birth and death.
+
+The estimate's collector (``estimate.py`` is its public side, ``src/estimate`` its analysis):
+
+- the model is copied with every parameter and buffer replaced by a fake tensor
+  (``FakeTensorMode``: shapes, dtypes and storages, no data), so the user's model is never
+  touched and nothing is allocated;
+- a ``TorchDispatchMode`` above the fake mode sees each aten op's outputs; a storage it has
+  not seen is an allocation, and a weak reference to the storage (which torch keeps alive
+  exactly as long as the storage) records its free;
+- ``saved_tensors_hooks`` mark what autograd saves for backward (activations);
+- for ``cuda`` the step runs on fake *meta* tensors (fake CUDA tensors cannot run backward
+  without a GPU: the autograd engine asks the driver for a CUDA context), with what CUDA does
+  differently emulated: the fused dropout (a 1-byte mask), the SDPA kernel CUDA would pick
+  (flash for 16-bit inputs without a mask, memory-efficient otherwise), foreach optimizers,
+  and the cuBLAS workspaces (per thread: forward and backward run on different threads).
+  Tensors on any other device (the optimizer's CPU step counters) are not counted, as on
+  CUDA.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ._categories import CATEGORIES
+
+ALLOC, FREE, PHASE = 0, 1, 2
+# The replay's categories: the shared ones, then two reported under "other" but kept apart:
+# the workspaces fake tensors do not show (intermediates leave them out) and the inputs
+# (``other`` even when autograd saves them, as _categories lists them).
+REPLAY_CATEGORIES = (*CATEGORIES, "workspace", "input")
+_CAT = {name: i for i, name in enumerate(REPLAY_CATEGORIES)}
+
+# cuBLAS ops: the first on a thread gives its handle a workspace from the caching allocator
+# (CublasHandlePool.cpp: one per (handle, stream), handles are per thread, never freed).
+_BLAS_OPS = {
+    "aten.mm.default",
+    "aten.addmm.default",
+    "aten.bmm.default",
+    "aten.baddbmm.default",
+    "aten.addbmm.default",
+    "aten.addmv.default",
+    "aten.mv.default",
+}
+
+
+class FakeStepError(RuntimeError):
+    """The model cannot run on fake tensors (a data-dependent shape, an op without a fake
+    kernel): no estimate rather than a wrong one."""
+
+
+@dataclass
+class Book:
+    """The recorded sequence, in order: ``(op, id, bytes)`` per event."""
+
+    device_type: str  # the device whose storages count: "cuda" (as meta here) or "cpu"
+    events: list[tuple[int, int, int]] = field(default_factory=list)
+    categories: list[int] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    phase_names: list[str] = field(default_factory=list)
+    saved: set[int] = field(default_factory=set)
+    live: dict[int, int] = field(default_factory=dict)  # StorageImpl address -> id
+    alloc_at: dict[int, int] = field(default_factory=dict)  # id -> index of its alloc event
+    refs: dict[int, weakref.ref] = field(default_factory=dict)
+    phase: str = ""
+
+    def phase_begin(self, name: str) -> None:
+        self.phase = name
+        self.phase_names.append(name)
+        self.events.append((PHASE, len(self.phase_names) - 1, 0))
+
+    def counts(self, tensor: torch.Tensor) -> bool:
+        device = tensor.device.type
+        return device == ("meta" if self.device_type == "cuda" else self.device_type)
+
+    def storage_id(self, tensor: torch.Tensor) -> int | None:
+        storage = tensor.untyped_storage()
+        return self.live.get(storage._cdata)
+
+    def see(self, tensor: torch.Tensor, origin: str, category: str = "temporary") -> int | None:
+        """Record `tensor`'s storage if it is new; returns its id."""
+        if not isinstance(tensor, torch.Tensor) or not self.counts(tensor):
+            return None
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        known = self.live.get(key)
+        if known is not None:
+            return known
+        ident = len(self.categories)
+        self.categories.append(_CAT[category])
+        self.origins.append(f"{origin} ({self.phase})")
+        self.live[key] = ident
+        self.alloc_at[ident] = len(self.events)
+        self.events.append((ALLOC, ident, storage.nbytes()))
+        self.refs[ident] = weakref.ref(storage, _freed(self, key, ident))
+        return ident
+
+    def uncount(self, tensor: torch.Tensor) -> None:
+        """`tensor` lives elsewhere on the real device (a CPU scalar): it counts 0 bytes."""
+        ident = self.storage_id(tensor)
+        if ident is not None:
+            self.events[self.alloc_at[ident]] = (ALLOC, ident, 0)
+
+    def synthetic(self, nbytes: int, origin: str) -> None:
+        """An allocation fake tensors do not show (a cuBLAS workspace): never freed."""
+        ident = len(self.categories)
+        self.categories.append(_CAT["workspace"])
+        self.origins.append(f"{origin} ({self.phase})")
+        self.events.append((ALLOC, ident, nbytes))
+
+    def set_category(self, tensor: torch.Tensor, category: str) -> None:
+        ident = self.storage_id(tensor) if isinstance(tensor, torch.Tensor) else None
+        if ident is not None and _rank(category) < _rank(REPLAY_CATEGORIES[self.categories[ident]]):
+            self.categories[ident] = _CAT[category]
+
+
+# Precedence (``_categories``): parameter, buffer, (inputs), gradient, optimizer state,
+# activation, other; temporary is what is left.
+_PRECEDENCE = (
+    "parameter",
+    "buffer",
+    "input",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "other",
+)
+
+
+def _rank(category: str) -> int:
+    return _PRECEDENCE.index(category) if category in _PRECEDENCE else len(_PRECEDENCE)
+
+
+def _freed(book: Book, key: int, ident: int) -> Callable[[Any], None]:
+    def callback(_ref: Any) -> None:
+        if book.live.get(key) == ident:
+            del book.live[key]
+        book.events.append((FREE, ident, 0))
+
+    return callback
+
+
+class _Recorder(TorchDispatchMode):
+    """Sees every aten op's outputs (above the fake mode): new storages are allocations."""
+
+    def __init__(self, book: Book, workspaces: dict[str, int] | None):
+        super().__init__()
+        self.book = book
+        self.workspaces = workspaces
+        self.given: set[tuple[str, str]] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.book.see(t, name)
+        if self.workspaces is not None and name in _BLAS_OPS:
+            # Forward and the optimizer run on the caller's thread, backward on the
+            # autograd engine's device thread: one handle (and workspace) each. Every BLAS
+            # call sets the cuBLAS workspace; addmm with a bias goes through cuBLASLt,
+            # which has its own.
+            thread = "backward" if self.book.phase.startswith("backward") else "main"
+            kinds = ("cuBLAS", "cuBLASLt") if name == "aten.addmm.default" else ("cuBLAS",)
+            for kind in kinds:
+                nbytes = self.workspaces.get(kind, 0)
+                if nbytes and (thread, kind) not in self.given:
+                    self.given.add((thread, kind))
+                    self.book.synthetic(nbytes, f"{kind} workspace, {thread} thread")
+        return out
+
+
+def _sdpa_backend(q: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
+    """The kernel torch picks on an sm80+ GPU (sdp_utils.cpp: flash, then memory-efficient,
+    then math): flash takes 16-bit inputs without a mask and head size <= 256."""
+    if enable_gqa:
+        return "math"
+    head = q.shape[-1]
+    if q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None and head <= 256:
+        return "flash"
+    if head % 8 == 0 or (q.dtype == torch.float32 and head % 4 == 0):
+        return "efficient"
+    return "math"
+
+
+class _CudaKernels(TorchFunctionMode):
+    """Runs what CUDA runs where its composite ops branch on the device (meta tensors take
+    the CPU branch): the fused dropout and the SDPA kernels."""
+
+    def __init__(self, book: Book):
+        super().__init__()
+        self.book = book
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.dropout:
+            return self._dropout(func, args, kwargs)
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            return self._sdpa(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _dropout(self, func, args, kwargs):
+        names = ("input", "p", "training", "inplace")
+        bound = dict(zip(names, args))
+        bound.update(kwargs)
+        x, p = bound["input"], bound.get("p", 0.5)
+        training, inplace = bound.get("training", True), bound.get("inplace", False)
+        if not training or inplace or not 0 < p < 1 or x.numel() == 0:
+            return func(*args, **kwargs)
+        # CUDA: native_dropout (a bool mask); the CPU branch makes a float mask.
+        return torch.native_dropout(x, p, True)[0]
+
+    def _sdpa(self, func, args, kwargs):
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+        bound = dict(zip(names, args))
+        bound.update(kwargs)
+        q, k, v = bound["query"], bound["key"], bound["value"]
+        mask = bound.get("attn_mask")
+        p = bound.get("dropout_p", 0.0)
+        causal = bound.get("is_causal", False)
+        scale = bound.get("scale")
+        backend = _sdpa_backend(q, mask, bound.get("enable_gqa", False))
+        if backend == "flash":
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, p, causal, False, scale=scale
+            )[0]
+        if backend == "efficient":
+            if mask is not None and mask.dtype == torch.bool:
+                return func(*args, **kwargs)  # converted to a float bias first: not modelled
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            out, _lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, mask, grad, p, causal, scale=scale
+            )
+            # CUDA makes the philox seed and offset on the CPU (outside graph capture).
+            self.book.uncount(seed)
+            self.book.uncount(offset)
+            return out
+        return func(*args, **kwargs)
+
+
+def fake_model(model: torch.nn.Module, mode: FakeTensorMode, device: torch.device, dtype):
+    """A copy of `model` whose parameters and buffers are fake tensors on `device` (tied
+    ones stay tied); the model itself is untouched and nothing of its data is copied."""
+    memo: dict[int, Any] = {}
+    with mode:
+        for p in model.parameters():
+            if id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(
+                    _fake_like(p, device, dtype), requires_grad=p.requires_grad
+                )
+        for b in model.buffers():
+            if id(b) not in memo:
+                memo[id(b)] = _fake_like(b, device, dtype)
+    return copy.deepcopy(model, memo)
+
+
+def apply_order(module: torch.nn.Module):
+    """(tensor, category) in the order ``module.to(device)`` allocates them
+    (``Module._apply``: children first, then the module's own parameters, then its
+    buffers), each once."""
+    for child in module.children():
+        yield from apply_order(child)
+    for p in module._parameters.values():
+        if p is not None:
+            yield p, "parameter"
+    for b in module._buffers.values():
+        if b is not None:
+            yield b, "buffer"
+
+
+def _fake_like(t: torch.Tensor, device: torch.device, dtype) -> torch.Tensor:
+    target = dtype if dtype is not None and t.is_floating_point() else t.dtype
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=target, device=device)
+
+
+def fake_inputs(value: Any, mode: FakeTensorMode, device: torch.device, dtype) -> Any:
+    """The inputs with every tensor replaced by a fake one on `device` (floating ones in
+    `dtype` when given)."""
+
+    def convert(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        with mode:
+            return _fake_like(t.detach(), device, dtype).requires_grad_(t.requires_grad)
+
+    return tree_map(convert, value)
+
+
+def output_tensors(output: Any) -> list[torch.Tensor]:
+    """Tensors in a model's output (tensors, tuples, dicts, transformers' ModelOutput)."""
+    if isinstance(output, Mapping):
+        output = list(output.values())
+    return [t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)]
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """The output's ``loss`` when it has one (transformers given labels), else the sum of
+    the output (a tensor or the first tensor in it)."""
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, Mapping):
+        loss = output.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    tensors = output_tensors(output)
+    if not tensors:
+        raise TypeError("the model returned no tensor: pass loss_fn=... to make a loss")
+    return tensors[0].sum()
+
+
+def explain(error: BaseException) -> FakeStepError | None:
+    """A FakeStepError naming the op, when `error` says fake tensors cannot run it."""
+    from torch._subclasses import fake_tensor as ft
+
+    func = getattr(error, "func", None)
+    if isinstance(error, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)):
+        return FakeStepError(
+            f"the model cannot be estimated on fake tensors: op {func} has an output whose "
+            "shape or value depends on the data (e.g. nonzero, masked_select, .item()); "
+            "make the shapes static or estimate the parts around it"
+        )
+    if isinstance(error, ft.UnsupportedOperatorException):
+        return FakeStepError(
+            f"the model cannot be estimated on fake tensors: op {func} has no fake (meta) "
+            "kernel; register one with torch.library.register_fake"
+        )
+    text = str(error)
+    if "fake impl or Meta kernel" in text or "Meta tensors" in text:
+        op = text.split(":", 1)[0].strip()
+        return FakeStepError(
+            f"the model cannot be estimated on fake tensors: op {op} has no fake (meta) "
+            f"kernel; register one with torch.library.register_fake ({text.splitlines()[0]})"
+        )
+    return None
