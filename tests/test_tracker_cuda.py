@@ -59,11 +59,13 @@ def test_gpt2_parameters_then_a_training_step(tmp_path):
     del ids
     step = tracker.track()
     assert step.total_bytes == _storages_on("cuda:0")
-    grads = [r for r in step.rows if r.sign == "+" and any(n.endswith(".grad") for n in r.names)]
+    # Every parameter's grad appeared under its name (grads share rows with AdamW's state
+    # of the same shape: the rows group by type, shape and dtype).
+    expected = {f"{name}.grad" for name, _ in model.named_parameters()}
+    assert {n for n in _names(step) if n.endswith(".grad")} == expected
     params = list({p.data_ptr(): p for p in model.parameters()}.values())
-    assert sum(r.count for r in grads) == len(params)
-    assert sum(r.bytes for r in grads) == sum(_rounded(p.numel() * 4) for p in params)
-    # AdamW's state (exp_avg, exp_avg_sq; steps are CPU scalars) appeared too.
+    grads = sum(_rounded(p.grad.untyped_storage().nbytes()) for p in params)
+    # AdamW's state: exp_avg and exp_avg_sq (its steps are CPU scalars).
     state = sum(
         _rounded(v.untyped_storage().nbytes())
         for s in opt.state.values()
@@ -71,8 +73,8 @@ def test_gpt2_parameters_then_a_training_step(tmp_path):
         if torch.is_tensor(v) and v.is_cuda
     )
     added = sum(r.bytes for r in step.rows if r.sign == "+")
-    assert added - sum(r.bytes for r in grads) == state
-    assert not [r for r in step.rows if r.sign == "-"]
+    assert added == grads + state, [r.line for r in step.rows]
+    assert step.total_bytes - first.total_bytes == added
 
 
 def test_resnet50_activations_appear_and_vanish(tmp_path):
@@ -83,7 +85,8 @@ def test_resnet50_activations_appear_and_vanish(tmp_path):
     first = tracker.track()
     # Parameters and batch-norm buffers are named after the model.
     assert {"conv1.weight", "bn1.running_mean", "fc.weight"} <= _names(first)
-    out = model(x)
+    with torch.no_grad():  # with grad, autograd keeps every activation's tensor alive too
+        out = model(x)
     appeared = tracker.track()
     plus = [r for r in appeared.rows if r.sign == "+"]
     assert [(r.count, r.shape, r.bytes) for r in plus] == [(1, "(8, 1000)", _rounded(8 * 1000 * 4))]
@@ -91,6 +94,14 @@ def test_resnet50_activations_appear_and_vanish(tmp_path):
     del out
     vanished = tracker.track()
     assert [(r.sign, r.shape) for r in vanished.rows] == [("-", "(8, 1000)")]
+    # With grad, the activations autograd saved appear as well, each storage once.
+    out = model(x)
+    with_grad = tracker.track()
+    assert with_grad.total_bytes == _storages_on("cuda:0")
+    assert sum(r.bytes for r in with_grad.rows if r.sign == "+") == (
+        with_grad.total_bytes - vanished.total_bytes
+    )
+    del out
     with open(tracker.gpu_profile_fn) as f:
         log = f.read()
     assert "+ | 1 * Size:(8, 1000)" in log and "- | 1 * Size:(8, 1000)" in log
