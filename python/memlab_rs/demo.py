@@ -6,10 +6,12 @@ Run with ``python -m memlab_rs.demo`` (``make demo``). Uses CUDA when present, e
 from __future__ import annotations
 
 import argparse
+import tempfile
 
 import torch
 
-from . import LineProfiler, MemReporter, trace
+from . import LineProfiler, MemReporter, MemTracker, estimate, memory_profiler, trace
+from ._categories import CATEGORIES
 from .models import Block, TinyGPT
 
 
@@ -41,6 +43,20 @@ def train_steps(
         tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
         loss = train_step(model, optimizer, tokens)
     return float(loss.detach())  # float() of a tensor that requires grad warns
+
+
+def train_steps_keeping_logits(
+    model: TinyGPT, optimizer: torch.optim.Optimizer, batch: int, seq: int, device: torch.device
+) -> torch.Tensor:
+    """One training step that keeps its logits, as a loop that logs them would."""
+    vocab = model.wte.num_embeddings
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
+    logits = model(tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    return logits.detach()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,6 +92,28 @@ def main(argv: list[str] | None = None) -> None:
     result.report_stats()
     print()
     print(result.module_text(), end="")
+
+    print("\n== memory_profiler: the training monitor, every iteration (here: two) ==")
+    with memory_profiler(model, print_period=2, optimizer=optimizer, device=device) as monitor:
+        for _ in range(2):
+            train_steps(model, optimizer, 1, batch=8, seq=64, device=device)
+            monitor.record_stats()
+    row = monitor.rows()[-1]
+    parts = ", ".join(f"{c} {row[c] / 2**20:.1f}" for c in CATEGORIES)
+    print(f"peak allocated {row['peak_allocated'] / 2**20:.1f} MiB = {parts} (MiB)")
+
+    print("\n== MemTracker: which tensors one more step left behind ==")
+    with tempfile.TemporaryDirectory() as folder:
+        tracker = MemTracker(path=folder + "/", device=device, model=model)
+        tracker.track()
+        kept = train_steps_keeping_logits(model, optimizer, batch=8, seq=64, device=device)
+        for row in tracker.track().rows:
+            print(row.line.rstrip())
+        del kept
+
+    print("\n== estimate: a fresh TinyGPT's step on fake tensors (zero_grad(set_to_none=True)) ==")
+    tokens = torch.zeros(8, 64, dtype=torch.long)
+    print(estimate(TinyGPT(), tokens, optimizer=torch.optim.AdamW, device=device))
 
 
 if __name__ == "__main__":
