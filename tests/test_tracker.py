@@ -181,9 +181,10 @@ def test_track_from_a_finaliser_during_collection(tmp_path):
     [
         ({"device": "cuda:0"}, RuntimeError, "device='cpu'"),
         ({"device": 0}, RuntimeError, "device='cpu'"),
-        ({"device": -1}, ValueError, "CUDA index"),
+        ({"device": -1}, ValueError, "CUDA device index is 0 or more"),
         ({"device": "tpu"}, ValueError, "not a device"),
-        ({"device": 1.5}, TypeError, "not a device"),
+        ({"device": 1.5}, TypeError, "device must be a torch.device"),
+        ({"device": "meta"}, ValueError, "'cuda' or 'cpu'"),
         ({"path": 3}, TypeError, "path must be a str"),
         ({"model": "net"}, TypeError, "torch.nn.Module"),
     ],

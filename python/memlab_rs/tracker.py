@@ -61,35 +61,19 @@ class TrackResult:
 
 
 def _parse_device(device: DeviceLike) -> str:
-    if isinstance(device, bool):
-        raise TypeError("device must be a CUDA index, 'cuda:N', 'cpu' or a torch.device")
-    if isinstance(device, int):
-        if device < 0:
-            raise ValueError(f"device={device} is not a CUDA index; use 0, 1, ... or 'cpu'")
-        dev = torch.device("cuda", device)
-    elif isinstance(device, (str, torch.device)):
-        try:
-            dev = torch.device(device)
-        except RuntimeError as exc:
-            raise ValueError(
-                f"device={device!r} is not a device; use a CUDA index, 'cuda:N' or 'cpu'"
-            ) from exc
-    else:
-        raise TypeError(
-            f"device={device!r} ({type(device).__name__}) is not a device; use a CUDA index, "
-            "'cuda:N', 'cpu' or a torch.device"
-        )
-    if dev.type == "cpu":
+    """``"cpu"`` or ``"cuda:N"``; a clear error for anything else, or for CUDA without one."""
+    key = _torch.device_key(device)  # names the argument in its TypeError/ValueError
+    if key == "cpu":
         return "cpu"
-    if dev.type != "cuda":
+    if not key.startswith("cuda:"):
         raise ValueError(f"device={device!r}: MemTracker tracks 'cuda' or 'cpu' tensors")
     if not torch.cuda.is_available():
         raise RuntimeError(
             f"device={device!r} asks for CUDA, but torch sees no CUDA device here; pass "
             "device='cpu' to track CPU tensors"
         )
-    index = torch.cuda.current_device() if dev.index is None else dev.index
-    return f"cuda:{index}"
+    _torch.cuda_index_exists(int(key[5:]), f"device={device!r}")
+    return key
 
 
 class MemTracker:
