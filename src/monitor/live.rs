@@ -69,7 +69,10 @@ impl MonitorTensors {
     ) -> PyResult<()> {
         let mut on_device = Vec::with_capacity(params.len());
         for (p, _) in &params {
-            let d: i64 = p.bind(py).call_method0(intern!(py, "get_device"))?.extract()?;
+            let d: i64 = p
+                .bind(py)
+                .call_method0(intern!(py, "get_device"))?
+                .extract()?;
             on_device.push(d == self.device);
         }
         self.on_device = on_device;
@@ -104,10 +107,9 @@ impl MonitorTensors {
                 continue;
             };
             let read = |name| s.call_method0(name).and_then(|v| v.extract::<i64>());
-            let (Ok(ptr), Ok(nbytes)) = (
-                read(intern!(py, "data_ptr")),
-                read(intern!(py, "nbytes")),
-            ) else {
+            let (Ok(ptr), Ok(nbytes)) =
+                (read(intern!(py, "data_ptr")), read(intern!(py, "nbytes")))
+            else {
                 continue;
             };
             if row_seen.insert((*row, ptr)) {

@@ -61,10 +61,17 @@ fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64,
         return None;
     }
     let s = t.call_method0(intern!(py, "untyped_storage")).ok()?;
-    let ptr: i64 = s.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
+    let ptr: i64 = s
+        .call_method0(intern!(py, "data_ptr"))
+        .ok()?
+        .extract()
+        .ok()?;
     let nbytes: i64 = s.call_method0(intern!(py, "nbytes")).ok()?.extract().ok()?;
     (ptr != 0).then_some((ptr, nbytes))
 }
+
+/// (the module label that saved a storage first, or None; the storage's bytes).
+pub type ModuleBytes = (Option<Py<PyAny>>, i64);
 
 impl SavedTensorHooks {
     /// The slots still held, in save order, with whether each counts; forgets the others.
@@ -90,9 +97,9 @@ impl SavedTensorHooks {
         py: Python<'_>,
         device: i64,
         known: &HashSet<i64>,
-    ) -> (i64, Vec<(Option<Py<PyAny>>, i64)>) {
+    ) -> (i64, Vec<ModuleBytes>) {
         let mut seen: HashMap<i64, usize> = HashMap::new();
-        let mut groups: Vec<(Option<Py<PyAny>>, i64)> = Vec::new();
+        let mut groups: Vec<ModuleBytes> = Vec::new();
         let mut total = 0;
         for slot in self.alive() {
             let Some((ptr, nbytes)) = storage_of(py, slot.packed.bind(py), device) else {
