@@ -5,7 +5,10 @@ GPU (when CUDA is available): the workloads of bench/trace_workloads.py (GPT-2 1
 8x512 and 1x64, ResNet-50 64x3x224x224 SGD momentum), optimizer state counted. CPU (always):
 the bundled TinyGPT at 2x64 tokens (CPU-bound, like GPT-2 1x64 on a GPU), timed in the
 training thread's CPU time, so the script prints something on a machine without a GPU too.
-Target: <= 1.03x.
+Target: <= 1.03x. A third variant, "hooks only", installs the cheapest saved-tensor hook
+pair that makes no reference cycle (a leaf as is, anything else ``t.detach()``), and nothing
+else: what torch's hook mechanism alone costs, the floor of any monitor that sees saved
+tensors through ``saved_tensors_hooks``.
 
 The variants alternate round after round (the machines drift by several percent between
 runs); each step is timed to its end (``torch.cuda.synchronize()``), and we print the
@@ -44,23 +47,38 @@ def timed_steps(train_step, steps: int, sync, clock, monitor=None) -> list[float
     return times
 
 
+def _floor_pack(t: torch.Tensor):
+    return t if t.is_leaf else t.detach()
+
+
+def _floor_unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 def compare(name: str, train_step, model, optimizer, rounds: int, steps: int, sync, clock) -> None:
     for _ in range(3):  # warm up: allocator, kernels, optimizer state
         train_step()
     sync()
     plain: list[float] = []
+    hooks: list[float] = []
     monitored: list[float] = []
     last = None
     for _ in range(rounds):
         plain += timed_steps(train_step, steps, sync, clock)
+        with torch.autograd.graph.saved_tensors_hooks(_floor_pack, _floor_unpack):
+            hooks += timed_steps(train_step, steps, sync, clock)
         out = io.StringIO()
         with memlab_rs.memory_profiler(model, optimizer=optimizer, file=out) as monitor:
             monitored += timed_steps(train_step, steps, sync, clock, monitor)
         last = monitor.rows()[-1]
-    a, b = statistics.median(plain), statistics.median(monitored)
+    a, h, b = statistics.median(plain), statistics.median(hooks), statistics.median(monitored)
     print(
         f"{name:<42} step {a * 1e3:8.2f} ms   monitored {b * 1e3:8.2f} ms   "
         f"ratio {b / a:5.3f}x   cost {1e3 * (b - a):+.3f} ms/step"
+    )
+    print(
+        f"{'':<42} hooks only {h * 1e3:8.2f} ms   ratio {h / a:5.3f}x   "
+        f"cost {1e3 * (h - a):+.3f} ms/step (torch's saved-tensor hook mechanism)"
     )
     assert last is not None
     cats = ", ".join(f"{c} {last[c] / 2**20:.1f}" for c in memlab_rs.monitor.CATEGORIES)

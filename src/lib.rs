@@ -80,6 +80,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
     m.add_class::<monitor::source::MonitorSource>()?;
+    m.add_class::<monitor::saved::SavedTensorHooks>()?;
+    m.add_class::<monitor::saved::SavedHeld>()?;
+    m.add_class::<monitor::live::MonitorTensors>()?;
+    m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
     m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_text, m)?)?;
     m.add_function(wrap_pyfunction!(

@@ -156,6 +156,22 @@ def test_outer_hook_pair_is_chained_and_restored():
     assert model[0].weight.grad is not None
 
 
+def test_a_saved_leaf_counts_while_the_graph_holds_it():
+    # Pack holds a leaf (here the input) as is, not detached; it must still count only
+    # while autograd holds it, not while the caller does.
+    model = torch.nn.Linear(1000, 500)
+    x = torch.randn(8, 1000)
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        loss = model(x).sum()
+        assert len(mon._hooks) == 1  # the input (x needs no gradient: the weight is not saved)
+        loss.backward()
+        assert len(mon._hooks) == 0  # released by backward, though x is alive
+        mon.record_stats()
+    row = mon.rows()[0]
+    assert row["feature_maps"] == 8 * 1000 * 4  # x
+    assert_sums(row)
+
+
 def test_stop_removes_everything():
     model = tiny()
     before = _core._cpu_mode()
@@ -216,7 +232,7 @@ def test_stop_from_another_thread_leaves_an_inert_hook():
     try:
         assert top is not None and top[0] is mon._pack  # cannot pop another thread's stack
         step(model)  # still trains; nothing is recorded
-        assert mon._saved == []
+        assert len(mon._hooks) == 0
     finally:
         torch._C._autograd._pop_saved_tensors_default_hooks()
 

@@ -16,7 +16,10 @@ __all__ = [
     "LineCollector",
     "LineReportView",
     "MonitorSource",
+    "MonitorTensors",
     "ReportTable",
+    "SavedHeld",
+    "SavedTensorHooks",
     "ThreadTracer",
     "TraceAnalysis",
     "TrackerCore",
@@ -68,6 +71,7 @@ __all__ = [
     "render_tracker_block",
     "tracked_tensors",
     "_monitor_csv_header",
+    "_monitor_data_ptrs",
     "_monitor_csv_row",
     "_monitor_html",
     "_monitor_iteration",
@@ -349,6 +353,46 @@ class MonitorSource:
     def reader(self) -> str: ...
     def notice(self) -> str | None: ...
 
+@final
+class SavedHeld:
+    """What autograd holds for one tensor saved under the monitor's hooks."""
+
+@final
+class SavedTensorHooks:
+    """The monitor's saved-tensor pack/unpack pair and the weak log of what it saved."""
+    def __init__(
+        self,
+        on_backward_start: Callable[[], object],
+        tensor_type: type,
+        outer: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+        modules: list[str] | None = None,
+    ) -> None: ...
+    def pack(self, t: Any) -> SavedHeld: ...
+    def unpack(self, held: SavedHeld) -> Any: ...
+    def set_backward(self, running: bool) -> None: ...
+    def stop(self) -> None: ...
+    def __len__(self) -> int: ...
+
+@final
+class MonitorTensors:
+    """The monitor's known tensors on one device (-1: CPU), read at each boundary."""
+    def __init__(self, device: int) -> None: ...
+    def set_model(
+        self,
+        params: Sequence[tuple[Any, int]],
+        rows: int,
+        param_ptrs: set[int],
+        buffer_ptrs: set[int],
+    ) -> None: ...
+    def set_state(self, ptrs: set[int]) -> None: ...
+    def gradients(self) -> tuple[int, list[int]]: ...
+    def known_storages(self) -> set[int]: ...
+    def activations(self, hooks: SavedTensorHooks) -> int: ...
+    def activations_by_module(
+        self, hooks: SavedTensorHooks, outside: str
+    ) -> list[tuple[str, int]]: ...
+
+def _monitor_data_ptrs(tensors: Sequence[Any]) -> list[int]: ...
 def _monitor_iteration(
     windows: Sequence[tuple[str, Sequence[int], Sequence[int], int]],
 ) -> tuple[int, list[int], int, bool] | None:

@@ -12,16 +12,19 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start (the
   first unpack of a saved tensor), each backward end (an engine callback queued at backward
   start, as torch's own ``BackwardHook`` does).
-- Saved activations: a ``saved_tensors_hooks`` pair, pushed as the default hooks for the
-  monitor's life on the thread that creates it. The pack hook returns ``t.detach()`` (a
-  fresh tensor only autograd holds: returning ``t`` itself would make a reference cycle
-  through ``t.grad_fn``) and keeps a weak reference to it, so "saved storages alive" is read
-  exactly at any boundary. A pair installed before the monitor (``save_on_cpu`` around the
-  whole loop, say) is chained: its pack runs first, and what it returns is what autograd
-  holds.
-- At each boundary the known tensors are read: parameters and buffers (their storages,
-  cached and re-validated by data pointer at each record), parameter gradients, optimizer
-  state, live saved storages; each storage once, on the monitored device only. The Rust
+- Saved activations: a ``saved_tensors_hooks`` pair (``_core.SavedTensorHooks``, in Rust:
+  torch calls it for every saved tensor), pushed as the default hooks for the monitor's
+  life on the thread that creates it. Pack wraps what autograd must hold (a leaf as is,
+  anything else as ``t.detach()``: returning ``t`` itself would make a reference cycle
+  through ``t.grad_fn``) in an object only autograd holds, and logs it weakly, so "saved
+  storages alive" is read exactly at any boundary (``src/monitor/saved.rs``). A pair
+  installed before the monitor (``save_on_cpu`` around the whole loop, say) is chained:
+  its pack runs first, and what it returns is what autograd holds.
+- At each boundary the known tensors are read in one Rust call each
+  (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
+  storages; parameters and buffers (their storages cached and re-validated by data pointer
+  at each record) and optimizer state (cached while its tensors are the same objects) are
+  handed to it when they change. Each storage once, on the monitored device only. The Rust
   analysis (``src/monitor/windows.rs``) turns the windows into categories at the peak.
 """
 
@@ -30,7 +33,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import weakref
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -40,16 +42,6 @@ from . import _core, _torch
 from ._categories import CATEGORIES
 
 _autograd = torch._C._autograd
-
-
-class _Held:
-    """What autograd holds when an outer hook pair was chained: the outer pack's result
-    (weak-referenceable, so its life is the graph's)."""
-
-    __slots__ = ("packed", "__weakref__")
-
-    def __init__(self, packed: Any) -> None:
-        self.packed = packed
 
 
 def _storage_of(t: torch.Tensor, device_index: int) -> tuple[int, int] | None:
@@ -115,6 +107,7 @@ class MemoryMonitor:
         self._rows: list[tuple[str, list[torch.nn.Parameter], int]] = []
         self._param_bytes = 0
         self._param_ptrs: set[int] = set()
+        self._tensors: Any = _core.MonitorTensors(self._device_index)
         self._buffer_bytes = 0
         self._buffer_ptrs: set[int] = set()
         self._buffer_key: list[int] | None = None
@@ -122,13 +115,11 @@ class MemoryMonitor:
         self._opt_quick: tuple[int, int] | None = None
         self._params: list[torch.Tensor] | None = None
         self._buffers: list[torch.Tensor] = []
-        self._on_device: set[int] = set()
         self._opt_state: dict[int, int] = {}
         self._row_grads: list[int] = []
-        # Saved tensors: (weak reference to what autograd holds, module name or None).
-        self._saved: list[tuple[weakref.ref, str | None]] = []
         self._module_stack: list[str] = []
         self._handles: list[Any] = []
+        self._hooks: Any = None
         self._pack: Any = None
         self._unpack: Any = None
         self._chained = False
@@ -141,7 +132,6 @@ class MemoryMonitor:
         self._peak_reserved = 0
         self._backwards = 0
         self._grads: list[tuple[str, int, int]] = []
-        self._known: set[int] = set()
         self._source: Any = _core.MonitorSource(self._device)
         self._csv_path: str | None = None
         if csv:
@@ -161,7 +151,7 @@ class MemoryMonitor:
             self._check_running("record_stats")
             allocated, peak, reserved, peak_reserved = self._source.read()
             self._refresh_model_tensors()
-            end = self._boundary(allocated, full=True)
+            end = self._boundary(allocated, full=True, complete=self._phase != "after")
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             kind = "optimizer" if self._phase == "after" else "forward"
             self._windows.append((kind, self._start, end, peak))
@@ -205,14 +195,15 @@ class MemoryMonitor:
             for handle in self._handles:
                 handle.remove()
             self._handles = []
-            self._saved = []
+            self._hooks.stop()
             self._source = None
             # Hold no tensor of the user's once stopped (the records are plain numbers).
             self._rows = [(name, [], nbytes) for name, _ps, nbytes in self._rows]
             self._model = self._optimizer = None
             self._params, self._buffers = [], []
+            self._tensors = None
             if not self._hooks_left:
-                self._pack = self._unpack = None
+                self._pack = self._unpack = self._hooks = None
 
     def __enter__(self) -> MemoryMonitor:
         return self
@@ -302,39 +293,12 @@ class MemoryMonitor:
 
     def _install_hooks(self) -> None:
         outer = _top_hooks()
-        saved = self._saved
-        stack = self._module_stack
-
-        if outer is None:
-
-            def pack(t: torch.Tensor) -> Any:
-                held = t.detach()
-                if saved is not None and not self._stopped:
-                    saved.append((weakref.ref(held), stack[-1] if stack else None))
-                return held
-
-            def unpack(held: Any) -> Any:
-                if self._phase != "backward" and not self._stopped:
-                    self._on_backward_start()
-                return held
-
-        else:
-            outer_pack, outer_unpack = outer
-
-            def pack(t: torch.Tensor) -> Any:
-                held = _Held(outer_pack(t))
-                if not self._stopped and isinstance(held.packed, torch.Tensor):
-                    saved.append((weakref.ref(held), stack[-1] if stack else None))
-                return held
-
-            def unpack(held: Any) -> Any:
-                if self._phase != "backward" and not self._stopped:
-                    self._on_backward_start()
-                return outer_unpack(held.packed)
-
-        self._pack, self._unpack = pack, unpack
+        stack = self._module_stack if self._verbose else None
+        self._hooks = _core.SavedTensorHooks(self._on_backward_start, torch.Tensor, outer, stack)
+        # Bound once: stop() recognises our pair on top of the stack by identity.
+        self._pack, self._unpack = self._hooks.pack, self._hooks.unpack
         self._chained = outer is not None
-        _autograd._push_saved_tensors_default_hooks(pack, unpack)
+        _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
 
     def _install_module_hooks(self) -> None:
         stack = self._module_stack
@@ -354,6 +318,8 @@ class MemoryMonitor:
 
     def _on_backward_start(self) -> None:
         with self._lock:
+            if self._stopped or self._phase == "backward":
+                return  # another thread's unpack got here first
             try:
                 torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
             except RuntimeError:
@@ -367,6 +333,7 @@ class MemoryMonitor:
                 self._modules = self._module_activations()
             self._start = end
             self._phase = "backward"
+            self._hooks.set_backward(True)
             self._backwards += 1
 
     def _on_backward_end(self) -> None:
@@ -381,6 +348,7 @@ class MemoryMonitor:
             self._grads = [(name, nbytes, grad) for (name, _ps, nbytes), grad in rows]
             self._start = end
             self._phase = "after"
+            self._hooks.set_backward(False)
 
     # ----- what is live at a boundary ---------------------------------------------------
 
@@ -391,7 +359,8 @@ class MemoryMonitor:
         if self._params is None:
             self._params = list(self._model.parameters())
             self._buffers = list(self._model.buffers())
-        key = [p.data_ptr() for p in self._params]
+        changed = False
+        key = _core._monitor_data_ptrs(self._params)
         if key != self._param_key:
             self._param_key = key
             self._rows = _param_rows(self._model)
@@ -399,55 +368,37 @@ class MemoryMonitor:
             unique = {f[0]: f[1] for f in found if f is not None}
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
-            self._on_device = {id(p) for p in self._params if p.get_device() == self._device_index}
-        bkey = [b.data_ptr() for b in self._buffers]
+            changed = True
+        bkey = _core._monitor_data_ptrs(self._buffers)
         if bkey != self._buffer_key:
             self._buffer_key = bkey
             found = [_storage_of(b, self._device_index) for b in self._buffers]
             unique = {f[0]: f[1] for f in found if f is not None and f[0] not in self._param_ptrs}
             self._buffer_ptrs = set(unique)
             self._buffer_bytes = sum(unique.values())
+            changed = True
+        if changed:
+            params = [(p, i) for i, (_n, ps, _b) in enumerate(self._rows) for p in ps]
+            self._tensors.set_model(params, len(self._rows), self._param_ptrs, self._buffer_ptrs)
 
-    def _gradients(self) -> tuple[dict[int, int], list[int]]:
-        """Parameter gradients now: {storage: bytes} on the monitored device (parameters'
-        and buffers' storages excluded), and each row's gradient bytes (any device)."""
-        known = self._param_ptrs
-        on_device_params = self._on_device
-        on_device: dict[int, int] = {}
-        per_row = []
-        for _name, ps, _b in self._rows:
-            row: dict[int, int] = {}
-            for p in ps:
-                g = p.grad
-                if g is None:
-                    continue
-                try:
-                    s = g.untyped_storage()
-                except (RuntimeError, NotImplementedError, TypeError):
-                    continue  # a gradient without a storage of its own (sparse, subclass)
-                ptr = s.data_ptr()
-                row[ptr] = s.nbytes()
-                # A gradient lives on its parameter's device (autograd enforces it).
-                if ptr and id(p) in on_device_params and ptr not in known:
-                    on_device[ptr] = row[ptr]
-            per_row.append(sum(row.values()))
-        return on_device, per_row
-
-    def _optimizer_state(self, known: set[int], full: bool) -> dict[int, int]:
-        """{storage: bytes} of the optimizer's state tensors on the monitored device,
-        cached while the state holds the same tensor objects (optimizers update in place).
-        At a record (``full``) every tensor's identity is checked; at backward boundaries
-        only the state dict's identity and length (new state, ``load_state_dict``)."""
+    def _optimizer_state(self, full: bool) -> int:
+        """Bytes of the optimizer's state tensors on the monitored device (parameters',
+        buffers' and gradients' storages excluded), cached while the state holds the same
+        tensor objects (optimizers update in place). At a record (``full``) every tensor's
+        identity is checked; at backward boundaries only the state dict's identity and
+        length (new state, ``load_state_dict``)."""
         if self._optimizer is None:
-            return {}
+            return 0
         state_dict = self._optimizer.state
         quick = (id(state_dict), len(state_dict))
         if not full and quick == self._opt_quick:
-            return self._opt_state
+            return sum(self._opt_state.values())
         self._opt_quick = quick
         values = [v for st in state_dict.values() for v in st.values()]
         ids = [id(v) for v in values]
         if ids != self._opt_ids:
+            self._tensors.gradients()  # the gradient storages now, to exclude them
+            known = self._tensors.known_storages()
             state: dict[int, int] = {}
             for value in values:
                 if isinstance(value, torch.Tensor):
@@ -455,66 +406,44 @@ class MemoryMonitor:
                     if f is not None and f[0] not in known:
                         state[f[0]] = f[1]
             self._opt_ids, self._opt_state = ids, state
-        return self._opt_state
+            self._tensors.set_state(set(state))
+        return sum(self._opt_state.values())
 
-    def _boundary(self, allocated: int, full: bool = False) -> list[int]:
-        """[allocated, parameter, buffer, gradient, optimizer_state, activation] now."""
-        grads, self._row_grads = self._gradients()
-        known = self._param_ptrs | self._buffer_ptrs | grads.keys()
-        state = self._optimizer_state(known, full)
-        known |= state.keys()
-        self._known = known
+    def _boundary(self, allocated: int, full: bool = False, complete: bool = True) -> list[int]:
+        """[allocated, parameter, buffer, gradient, optimizer_state, activation] now.
+
+        ``complete=False`` (a record after the backward ended) reads only the allocator and
+        the optimizer state: the window it ends is an optimizer window, categorised at its
+        start, of whose end only the optimizer state is read (``src/monitor/windows.rs``),
+        and the next iteration's first window is a forward one, categorised at its end. The
+        gradient and activation slots then repeat the backward end's, unread."""
+        if complete:
+            gradient, self._row_grads = self._tensors.gradients()
+        state = self._optimizer_state(full)
+        if not complete:
+            return [
+                allocated,
+                self._param_bytes,
+                self._buffer_bytes,
+                self._start[3],
+                state,
+                self._start[5],
+            ]
         return [
             allocated,
             self._param_bytes,
             self._buffer_bytes,
-            sum(grads.values()),
-            sum(state.values()),
-            self._live_activations(known),
+            gradient,
+            state,
+            self._tensors.activations(self._hooks),
         ]
-
-    def _live_activations(self, known: set[int]) -> int:
-        """Bytes of the distinct saved storages alive now, known categories excluded; drops
-        the entries autograd no longer holds."""
-        index = self._device_index
-        alive = []
-        seen: dict[int, int] = {}
-        for entry in self._saved:
-            held = entry[0]()
-            if held is None:
-                continue
-            alive.append(entry)
-            t = held.packed if type(held) is _Held else held
-            try:  # inlined _storage_of: this loop runs over every saved tensor
-                if t.get_device() != index:
-                    continue
-                s = t.untyped_storage()
-            except (RuntimeError, NotImplementedError, TypeError):
-                continue
-            ptr = s.data_ptr()
-            if ptr and ptr not in known:
-                seen[ptr] = s.nbytes()
-        self._saved[:] = alive
-        return sum(seen.values())
 
     def _module_activations(self) -> list[tuple[str, int]]:
         """Live saved storages by the module that saved them first (verbose only)."""
         if not self._verbose:
             return []
-        out: dict[str, int] = {}
-        seen: set[int] = set()
-        for ref, module in self._saved:
-            held = ref()
-            if held is None:
-                continue
-            t = held.packed if isinstance(held, _Held) else held
-            f = _storage_of(t, self._device_index)
-            if f is None or f[0] in seen or f[0] in self._known:
-                continue
-            seen.add(f[0])
-            name = module or "(outside the model's modules)"
-            out[name] = out.get(name, 0) + f[1]
-        return list(out.items())
+        outside = "(outside the model's modules)"
+        return self._tensors.activations_by_module(self._hooks, outside)
 
     # ----- iteration bookkeeping --------------------------------------------------------
 
@@ -522,6 +451,7 @@ class MemoryMonitor:
         self._start = start
         self._windows = []
         self._phase = "forward"
+        self._hooks.set_backward(False)
         self._feature_maps = None
         self._modules = []
         self._peak_reserved = 0

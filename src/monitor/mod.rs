@@ -1,6 +1,10 @@
 //! The training monitor's core: where its allocator figures come from (`source`) and how one
 //! iteration's windows turn into categories that sum to the peak (`windows`). The torch glue
-//! (saved-tensor hooks, reading parameters and gradients) is `python/memlab_rs/monitor.py`.
+//! (installing the hooks, listing parameters and optimizer state) is
+//! `python/memlab_rs/monitor.py`; the per-step work (the saved-tensor hooks in `saved`, the
+//! reads at each boundary in `live`) is here.
 
+pub mod live;
+pub mod saved;
 pub mod source;
 pub mod windows;

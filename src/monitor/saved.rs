@@ -1,0 +1,210 @@
+//! The monitor's saved-tensor hooks, in Rust because torch calls them once per tensor saved
+//! for backward (hundreds per training step).
+//!
+//! `pack` returns a `SavedHeld`: the only object autograd keeps for that saved tensor, so
+//! its life is exactly the graph's hold. It owns an `Arc<Slot>`; the hooks keep a `Weak`
+//! to the same slot, so "is this saved tensor still held?" is a pointer test with no Python
+//! call (`Weak::upgrade`), and the log never keeps a tensor alive.
+//!
+//! What the slot holds: a leaf (no `grad_fn`) is held as is: it cannot be the output of the
+//! node saving it, so no reference cycle through `grad_fn` can form. Anything else may be
+//! such an output, so it is held as a detached alias (`t.detach()`, as torch's docs advise).
+//! An outer hook pair installed before the monitor is chained: its pack runs first and its
+//! result is held (counted only when it is a tensor).
+//!
+//! Storages are read at the boundaries, not at pack time, so a storage resized or freed in
+//! between (FSDP frees parameter storages after forward) reads as it is at the boundary.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyType};
+
+struct Slot {
+    /// What autograd holds through the `SavedHeld`.
+    packed: Py<PyAny>,
+    /// The module label on top of the module stack when it was saved (verbose only).
+    module: Option<Py<PyAny>>,
+}
+
+/// What autograd holds for one saved tensor while the monitor's hooks are installed.
+#[pyclass(module = "memlab_rs._core", frozen)]
+pub struct SavedHeld {
+    slot: Arc<Slot>,
+}
+
+/// The pack/unpack pair and the log of what it saved.
+#[pyclass(module = "memlab_rs._core", frozen)]
+pub struct SavedTensorHooks {
+    on_backward_start: Py<PyAny>,
+    outer: Option<(Py<PyAny>, Py<PyAny>)>,
+    modules: Option<Py<PyList>>,
+    tensor_type: Py<PyType>,
+    in_backward: AtomicBool,
+    stopped: AtomicBool,
+    /// Locked only around pure Rust work (never while calling Python), so a collection
+    /// that runs finalizers inside `pack` cannot deadlock on it.
+    saved: Mutex<Vec<(Weak<Slot>, bool)>>,
+}
+
+/// (storage address, bytes) of a tensor on device `device` (-1: CPU), None when it is
+/// elsewhere or has no storage of its own (sparse, nested, wrapper subclasses).
+fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64, i64)> {
+    let on = t
+        .call_method0(intern!(py, "get_device"))
+        .and_then(|d| d.extract::<i64>())
+        .ok()?;
+    if on != device {
+        return None;
+    }
+    let s = t.call_method0(intern!(py, "untyped_storage")).ok()?;
+    let ptr: i64 = s
+        .call_method0(intern!(py, "data_ptr"))
+        .ok()?
+        .extract()
+        .ok()?;
+    let nbytes: i64 = s.call_method0(intern!(py, "nbytes")).ok()?.extract().ok()?;
+    (ptr != 0).then_some((ptr, nbytes))
+}
+
+/// (the module label that saved a storage first, or None; the storage's bytes).
+pub type ModuleBytes = (Option<Py<PyAny>>, i64);
+
+impl SavedTensorHooks {
+    /// The slots still held, in save order, with whether each counts; forgets the others.
+    fn alive(&self) -> Vec<Arc<Slot>> {
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(saved.len());
+        saved.retain(|(weak, counted)| match weak.upgrade() {
+            Some(slot) => {
+                if *counted {
+                    out.push(slot);
+                }
+                true
+            }
+            None => false,
+        });
+        out
+    }
+
+    /// Bytes of the distinct storages held, less `known`; with `by_module`, per module
+    /// (each storage under the module that saved it first).
+    pub fn held_bytes(
+        &self,
+        py: Python<'_>,
+        device: i64,
+        known: &HashSet<i64>,
+    ) -> (i64, Vec<ModuleBytes>) {
+        let mut seen: HashMap<i64, usize> = HashMap::new();
+        let mut groups: Vec<ModuleBytes> = Vec::new();
+        let mut total = 0;
+        for slot in self.alive() {
+            let Some((ptr, nbytes)) = storage_of(py, slot.packed.bind(py), device) else {
+                continue;
+            };
+            if known.contains(&ptr) || seen.contains_key(&ptr) {
+                continue;
+            }
+            seen.insert(ptr, groups.len());
+            total += nbytes;
+            groups.push((slot.module.as_ref().map(|m| m.clone_ref(py)), nbytes));
+        }
+        (total, groups)
+    }
+}
+
+#[pymethods]
+impl SavedTensorHooks {
+    /// `on_backward_start()` is called at the first unpack while not in backward; `outer`
+    /// is a chained (pack, unpack) pair; `modules` the verbose module stack (a list whose
+    /// last item labels the module running now); `tensor_type` is `torch.Tensor`.
+    #[new]
+    #[pyo3(signature = (on_backward_start, tensor_type, outer=None, modules=None))]
+    fn new(
+        on_backward_start: Py<PyAny>,
+        tensor_type: Py<PyType>,
+        outer: Option<(Py<PyAny>, Py<PyAny>)>,
+        modules: Option<Py<PyList>>,
+    ) -> Self {
+        Self {
+            on_backward_start,
+            outer,
+            modules,
+            tensor_type,
+            in_backward: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            saved: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The pack hook.
+    fn pack(&self, py: Python<'_>, t: &Bound<'_, PyAny>) -> PyResult<SavedHeld> {
+        let (packed, counted) = match &self.outer {
+            None => {
+                let leaf = t.getattr(intern!(py, "is_leaf"))?.is_truthy()?;
+                let packed = if leaf {
+                    t.clone()
+                } else {
+                    t.call_method0(intern!(py, "detach"))?
+                };
+                (packed.unbind(), true)
+            }
+            Some((pack, _)) => {
+                let packed = pack.bind(py).call1((t,))?;
+                let counted = packed.is_instance(self.tensor_type.bind(py))?;
+                (packed.unbind(), counted)
+            }
+        };
+        let module = match &self.modules {
+            Some(stack) => {
+                let stack = stack.bind(py);
+                let n = stack.len();
+                if n > 0 {
+                    Some(stack.get_item(n - 1)?.unbind())
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        let slot = Arc::new(Slot { packed, module });
+        if !self.stopped.load(Ordering::Relaxed) {
+            let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+            saved.push((Arc::downgrade(&slot), counted));
+        }
+        Ok(SavedHeld { slot })
+    }
+
+    /// The unpack hook; the first unpack outside backward calls `on_backward_start`.
+    fn unpack(&self, py: Python<'_>, held: &Bound<'_, SavedHeld>) -> PyResult<Py<PyAny>> {
+        if !self.in_backward.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
+            self.on_backward_start.call0(py)?;
+        }
+        let packed = held.get().slot.packed.clone_ref(py);
+        match &self.outer {
+            None => Ok(packed),
+            Some((_, unpack)) => unpack.call1(py, (packed,)),
+        }
+    }
+
+    /// Whether a backward pass is running (set by the monitor at its boundaries).
+    fn set_backward(&self, running: bool) {
+        self.in_backward.store(running, Ordering::Relaxed);
+    }
+
+    /// Record nothing more and forget the log; the hooks only pass tensors through.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.saved.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// How many saved tensors are still held (those that count and those that do not).
+    fn __len__(&self) -> usize {
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        saved.retain(|(weak, _)| weak.strong_count() > 0);
+        saved.len()
+    }
+}
