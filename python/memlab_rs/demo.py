@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         tracker = MemTracker(path=folder + "/", device=device, model=model)
         tracker.track()
         kept = train_steps_keeping_logits(model, optimizer, batch=8, seq=64, device=device)
-        for row in tracker.track().rows:
-            print(row.line.rstrip())
+        for change in tracker.track().rows:
+            print(change.line.rstrip())
         del kept
 
     print("\n== estimate: a fresh TinyGPT's step on fake tensors (zero_grad(set_to_none=True)) ==")
