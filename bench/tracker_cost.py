@@ -26,9 +26,11 @@ import torch
 
 import memlab_rs
 
-# The original's walk calls torch.is_tensor on every gc object, deprecated torch aliases
-# included, each of which warns once: noise, not a result.
+# The original's walk calls torch.is_tensor and hasattr(obj, "data") on every gc object,
+# deprecated torch aliases and lazy op handlers included, some of which warn once: noise,
+# not a result.
 warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", message="undefined OpHandler")
 
 
 def original_snapshot(last):
@@ -86,12 +88,13 @@ def main():
     folder = tempfile.mkdtemp()
     tracker = memlab_rs.MemTracker(path=folder + "/", device="cpu", model=model)
     tracker.track()
-    ours, strategies = [], {}
+    ours, ours_cpu, strategies = [], [], {}
     for _ in range(args.steps):
         step()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         result = tracker.track()
         ours.append(time.perf_counter() - t0)
+        ours_cpu.append(time.thread_time() - c0)
         strategies[result.strategy] = strategies.get(result.strategy, 0) + 1
 
     last = set()
@@ -110,6 +113,7 @@ def main():
     print(f"{'':28}{'median ms':>10}{'p99 ms':>10}{'max ms':>10}{'calls':>8}")
     for label, times in (
         ("memlab_rs MemTracker.track", ours),
+        ("  the same, thread CPU time", ours_cpu),
         ("original (gc.get_objects)", theirs),
     ):
         med, p99, mx = stats(times)
@@ -117,7 +121,8 @@ def main():
     ratio = statistics.median(theirs) / statistics.median(ours)
     print(f"ratio of medians (original / ours): {ratio:.0f}x")
     print(f"walk strategies of our calls: {strategies}")
-    print(f"calls over 5 ms: {sum(t > 5e-3 for t in ours)} of {len(ours)}")
+    print(f"calls over 5 ms: {sum(t > 5e-3 for t in ours)} of {len(ours)} wall, "
+          f"{sum(t > 5e-3 for t in ours_cpu)} in thread CPU time (the rest: waiting for a core)")
 
 
 if __name__ == "__main__":
