@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::saved::SavedTensorHooks;
+use super::saved::{storage, SavedTensorHooks};
 
 /// The monitor's known tensors on one device.
 #[pyclass(module = "memlab_rs._core")]
@@ -103,13 +103,7 @@ impl MonitorTensors {
                 continue;
             }
             // A gradient without a storage of its own (sparse, subclass) is skipped.
-            let Ok(s) = g.call_method0(intern!(py, "untyped_storage")) else {
-                continue;
-            };
-            let read = |name| s.call_method0(name).and_then(|v| v.extract::<i64>());
-            let (Ok(ptr), Ok(nbytes)) =
-                (read(intern!(py, "data_ptr")), read(intern!(py, "nbytes")))
-            else {
+            let Some((ptr, nbytes)) = storage(py, &g) else {
                 continue;
             };
             if row_seen.insert((*row, ptr)) {

@@ -50,8 +50,16 @@ pub struct SavedTensorHooks {
     saved: Mutex<Vec<(Weak<Slot>, bool)>>,
 }
 
+/// (storage address, bytes) of a tensor's storage, the address 0 for one without memory
+/// (meta); None when it has no storage of its own (sparse, nested, wrapper subclasses).
+pub fn storage(py: Python<'_>, t: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
+    let s = t.call_method0(intern!(py, "untyped_storage")).ok()?;
+    let read = |name| s.call_method0(name).and_then(|v| v.extract::<i64>()).ok();
+    Some((read(intern!(py, "data_ptr"))?, read(intern!(py, "nbytes"))?))
+}
+
 /// (storage address, bytes) of a tensor on device `device` (-1: CPU), None when it is
-/// elsewhere or has no storage of its own (sparse, nested, wrapper subclasses).
+/// elsewhere, has no memory, or has no storage of its own.
 fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64, i64)> {
     let on = t
         .call_method0(intern!(py, "get_device"))
@@ -60,14 +68,7 @@ fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64,
     if on != device {
         return None;
     }
-    let s = t.call_method0(intern!(py, "untyped_storage")).ok()?;
-    let ptr: i64 = s
-        .call_method0(intern!(py, "data_ptr"))
-        .ok()?
-        .extract()
-        .ok()?;
-    let nbytes: i64 = s.call_method0(intern!(py, "nbytes")).ok()?.extract().ok()?;
-    (ptr != 0).then_some((ptr, nbytes))
+    storage(py, t).filter(|&(ptr, _)| ptr != 0)
 }
 
 /// (the module label that saved a storage first, or None; the storage's bytes).
