@@ -364,22 +364,26 @@ class MemoryMonitor:
         if key != self._param_key:
             self._param_key = key
             self._rows = _param_rows(self._model)
-            found = [_storage_of(p, self._device_index) for p in self._params]
-            unique = {f[0]: f[1] for f in found if f is not None}
+            unique = self._storages(self._params, exclude=set())
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
             changed = True
         bkey = _core._monitor_data_ptrs(self._buffers)
         if bkey != self._buffer_key:
             self._buffer_key = bkey
-            found = [_storage_of(b, self._device_index) for b in self._buffers]
-            unique = {f[0]: f[1] for f in found if f is not None and f[0] not in self._param_ptrs}
+            unique = self._storages(self._buffers, exclude=self._param_ptrs)
             self._buffer_ptrs = set(unique)
             self._buffer_bytes = sum(unique.values())
             changed = True
         if changed:
             params = [(p, i) for i, (_n, ps, _b) in enumerate(self._rows) for p in ps]
             self._tensors.set_model(params, len(self._rows), self._param_ptrs, self._buffer_ptrs)
+
+    def _storages(self, tensors: list[torch.Tensor], exclude: Any) -> dict[int, int]:
+        """{storage address: bytes} of the tensors on the monitored device, each storage
+        once, leaving out the addresses in ``exclude``."""
+        found = (_storage_of(t, self._device_index) for t in tensors)
+        return {f[0]: f[1] for f in found if f is not None and f[0] not in exclude}
 
     def _optimizer_state(self, full: bool) -> int:
         """Bytes of the optimizer's state tensors on the monitored device (parameters',
@@ -399,12 +403,8 @@ class MemoryMonitor:
         if ids != self._opt_ids:
             self._tensors.gradients()  # the gradient storages now, to exclude them
             known = self._tensors.known_storages()
-            state: dict[int, int] = {}
-            for value in values:
-                if isinstance(value, torch.Tensor):
-                    f = _storage_of(value, self._device_index)
-                    if f is not None and f[0] not in known:
-                        state[f[0]] = f[1]
+            tensors = [v for v in values if isinstance(v, torch.Tensor)]
+            state = self._storages(tensors, exclude=known)
             self._opt_ids, self._opt_state = ids, state
             self._tensors.set_state(set(state))
         return sum(self._opt_state.values())
