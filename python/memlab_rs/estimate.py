@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _core
+from . import _core, _torch
 from ._categories import CATEGORIES
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -169,9 +169,7 @@ def estimate(
     (4004000, 4004000, 8072008)
     """
     started = time.perf_counter()
-    target = torch.device(device)
-    if target.type not in ("cuda", "cpu"):
-        raise ValueError(f"device {target} is not modelled: estimate for 'cuda' or 'cpu'")
+    target = _target(device)
     cuda = target.type == "cuda"
     if isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
@@ -365,6 +363,15 @@ def _public(by_category: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def _target(device: str | torch.device) -> torch.device:
+    """The device to model, parsed as every memlab_rs function parses one (no GPU needed);
+    a clear error for a device whose allocator is not modelled."""
+    target = torch.device(_torch.device_key(device))
+    if target.type not in ("cuda", "cpu"):
+        raise ValueError(f"device {target} is not modelled: estimate for 'cuda' or 'cpu'")
+    return target
+
+
 def max_batch_size(
     model: torch.nn.Module,
     make_inputs: Callable[[int], Any],
@@ -393,7 +400,7 @@ def max_batch_size(
     ...                budget=20_000_000, device="cpu")
     1498
     """
-    target = torch.device(device)
+    target = _target(device)
     if measure not in ("reserved", "allocated"):
         raise ValueError("measure must be 'reserved' or 'allocated'")
     if budget is None:
