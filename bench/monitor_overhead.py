@@ -5,14 +5,19 @@ GPU (when CUDA is available): the workloads of bench/trace_workloads.py (GPT-2 1
 8x512 and 1x64, ResNet-50 64x3x224x224 SGD momentum), optimizer state counted. CPU (always):
 the bundled TinyGPT at 2x64 tokens (CPU-bound, like GPT-2 1x64 on a GPU), timed in the
 training thread's CPU time, so the script prints something on a machine without a GPU too.
-Target: <= 1.03x. A third variant, "hooks only", installs the cheapest saved-tensor hook
-pair that makes no reference cycle (a leaf as is, anything else ``t.detach()``), and nothing
-else: what torch's hook mechanism alone costs, the floor of any monitor that sees saved
-tensors through ``saved_tensors_hooks``.
+Target: <= 1.03x. Variants: the monitor as shipped (``feature_maps="auto"``: saved-tensor
+hooks only while the step changes, here its first three steps), the monitor measuring every
+step (``feature_maps="every"``), and "hooks only": the cheapest saved-tensor hook pair that
+makes no reference cycle (a leaf as is, anything else ``t.detach()``) and nothing else, what
+torch's hook mechanism alone costs, the floor of any monitor that sees every saved tensor
+through ``saved_tensors_hooks``. A new monitor is made for each round of ``--steps``
+steps: the median is the steady state, the mean includes each monitor's measured steps.
 
-The variants alternate round after round (the machines drift by several percent between
-runs); each step is timed to its end (``torch.cuda.synchronize()``), and we print the
-medians, their ratio, and the monitor's own cost per step.
+The variants alternate round after round, each taking each place in a round in turn (the
+machines drift by several percent between runs); each step is timed to its end
+(``torch.cuda.synchronize()``). We print the medians and their ratio, the "paired" ratio
+(the median over rounds of each round's variant median over that round's plain median),
+the monitor's own cost per step, and the ratio of the means.
 
     python bench/monitor_overhead.py [--rounds 9] [--steps 10] [--skip-gpu]
 """
@@ -59,33 +64,51 @@ def compare(name: str, train_step, model, optimizer, rounds: int, steps: int, sy
     for _ in range(3):  # warm up: allocator, kernels, optimizer state
         train_step()
     sync()
-    plain: list[float] = []
-    hooks: list[float] = []
-    monitored: list[float] = []
+    times: dict[str, list[float]] = {"plain": [], "hooks": [], "auto": [], "every": []}
+    paired: dict[str, list[float]] = {"hooks": [], "auto": [], "every": []}
     last = None
-    for _ in range(rounds):
-        plain += timed_steps(train_step, steps, sync, clock)
-        with torch.autograd.graph.saved_tensors_hooks(_floor_pack, _floor_unpack):
-            hooks += timed_steps(train_step, steps, sync, clock)
-        out = io.StringIO()
-        with memlab_rs.memory_profiler(model, optimizer=optimizer, file=out) as monitor:
-            monitored += timed_steps(train_step, steps, sync, clock, monitor)
-        last = monitor.rows()[-1]
-    a, h, b = statistics.median(plain), statistics.median(hooks), statistics.median(monitored)
-    print(
-        f"{name:<42} step {a * 1e3:8.2f} ms   monitored {b * 1e3:8.2f} ms   "
-        f"ratio {b / a:5.3f}x   cost {1e3 * (b - a):+.3f} ms/step"
-    )
-    print(
-        f"{'':<42} hooks only {h * 1e3:8.2f} ms   ratio {h / a:5.3f}x   "
-        f"cost {1e3 * (h - a):+.3f} ms/step (torch's saved-tensor hook mechanism)"
-    )
+    order = list(times)
+    for r in range(rounds):
+        medians = {}
+        for key in order[r % 4 :] + order[: r % 4]:  # each variant takes each place in turn
+            if key == "plain":
+                t = timed_steps(train_step, steps, sync, clock)
+            elif key == "hooks":
+                with torch.autograd.graph.saved_tensors_hooks(_floor_pack, _floor_unpack):
+                    t = timed_steps(train_step, steps, sync, clock)
+            else:
+                with memlab_rs.memory_profiler(
+                    model, optimizer=optimizer, file=io.StringIO(), feature_maps=key
+                ) as monitor:
+                    t = timed_steps(train_step, steps, sync, clock, monitor)
+                if key == "auto":
+                    last = monitor.rows()[-1]
+                    assert last["feature_maps_from"] is not None, last
+            times[key] += t
+            medians[key] = statistics.median(t)
+        for key in paired:
+            paired[key].append(medians[key] / medians["plain"])
+    a = statistics.median(times["plain"])
+    mean_a = statistics.fmean(times["plain"])
+    print(f"{name:<42} step {a * 1e3:8.2f} ms (median; mean {mean_a * 1e3:.2f} ms)")
+    labels = {
+        "auto": "monitor (feature_maps='auto')",
+        "every": "monitor (feature_maps='every')",
+        "hooks": "saved-tensor hooks only",
+    }
+    for key in ("auto", "every", "hooks"):
+        b, mean_b = statistics.median(times[key]), statistics.fmean(times[key])
+        print(
+            f"{'':<4}{labels[key]:<38} median {b * 1e3:8.2f} ms  ratio {b / a:5.3f}x  "
+            f"paired {statistics.median(paired[key]):5.3f}x  cost {1e3 * (b - a):+.3f} "
+            f"ms/step  mean ratio {mean_b / mean_a:5.3f}x"
+        )
     assert last is not None
     cats = ", ".join(f"{c} {last[c] / 2**20:.1f}" for c in memlab_rs.monitor.CATEGORIES)
     print(
-        f"{'':<42} peak allocated {last['peak_allocated'] / 2**20:.1f} MiB in the "
+        f"{'':<4}peak allocated {last['peak_allocated'] / 2**20:.1f} MiB in the "
         f"{last['peak_window']} window = {cats} (MiB); feature maps "
-        f"{last['feature_maps'] / 2**20:.1f} MiB"
+        f"{last['feature_maps'] / 2**20:.1f} MiB (measured at step {last['feature_maps_from']})"
     )
 
 
@@ -113,7 +136,7 @@ def cpu_workload():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-gpu", action="store_true")
     args = parser.parse_args()

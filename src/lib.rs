@@ -84,7 +84,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<monitor::saved::SavedHeld>()?;
     m.add_class::<monitor::live::MonitorTensors>()?;
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
+    m.add_class::<render::monitor_text::MonitorRowNames>()?;
     m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_text, m)?)?;
     m.add_function(wrap_pyfunction!(
         render::monitor_text::_monitor_csv_header,

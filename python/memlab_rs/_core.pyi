@@ -15,6 +15,7 @@ __all__ = [
     "HostBook",
     "LineCollector",
     "LineReportView",
+    "MonitorRowNames",
     "MonitorSource",
     "MonitorTensors",
     "ReportTable",
@@ -72,6 +73,7 @@ __all__ = [
     "tracked_tensors",
     "_monitor_csv_header",
     "_monitor_data_ptrs",
+    "_monitor_state_ids",
     "_monitor_csv_row",
     "_monitor_html",
     "_monitor_iteration",
@@ -348,8 +350,10 @@ class HostBook:
 class MonitorSource:
     """Allocated/reserved bytes of one device ("cpu" or "cuda:N"), peaks reset per read."""
     def __init__(self, device: str) -> None: ...
-    def read(self) -> tuple[int, int, int, int]:
-        """(allocated, peak allocated, reserved, peak reserved); then resets the peaks."""
+    def read(self) -> tuple[int, int, int, int, list[int]]:
+        """(allocated, peak allocated, reserved, peak reserved, counts: allocations and frees
+        since the last read, live blocks, requested bytes, those the source has); then
+        resets the peaks."""
     def reader(self) -> str: ...
     def notice(self) -> str | None: ...
 
@@ -360,16 +364,11 @@ class SavedHeld:
 @final
 class SavedTensorHooks:
     """The monitor's saved-tensor pack/unpack pair and the weak log of what it saved."""
-    def __init__(
-        self,
-        on_backward_start: Callable[[], object],
-        tensor_type: type,
-        outer: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
-        modules: list[str] | None = None,
-    ) -> None: ...
+    def __init__(self, tensor_type: type, modules: list[str] | None = None) -> None: ...
+    def chain(self, outer: tuple[Callable[..., Any], Callable[..., Any]] | None = None) -> None:
+        """Chain ``outer`` under this pair from now on (called just before it is pushed)."""
     def pack(self, t: Any) -> SavedHeld: ...
     def unpack(self, held: SavedHeld) -> Any: ...
-    def set_backward(self, running: bool) -> None: ...
     def stop(self) -> None: ...
     def __len__(self) -> int: ...
 
@@ -392,22 +391,34 @@ class MonitorTensors:
         self, hooks: SavedTensorHooks, outside: str
     ) -> list[tuple[str, int]]: ...
 
+def _monitor_state_ids(state: Any) -> list[int]:
+    """The identities of an optimizer's state values (a dict of dicts), in order."""
 def _monitor_data_ptrs(tensors: Sequence[Any]) -> list[int]: ...
 def _monitor_iteration(
     windows: Sequence[tuple[str, Sequence[int], Sequence[int], int]],
 ) -> tuple[int, list[int], int, bool] | None:
     """(peak window, categories, intermediate gradients, inexact) of an iteration."""
 
+@final
+class MonitorRowNames:
+    """The monitor's parameter row names, held once for the renderers."""
+    def __init__(self, names: Sequence[str]) -> None: ...
+    def __len__(self) -> int: ...
+
 def _monitor_text(
-    figures: tuple[int, int, int, int, int, int, int | None],
+    figures: tuple[int, int, int, int, int | None, int, int | None],
     modules: Sequence[tuple[str, int]],
-    weights: Sequence[tuple[str, int, int]],
+    names: MonitorRowNames,
+    bytes: Sequence[int],
+    grads: Sequence[int],
     notice: str | None = None,
 ) -> str: ...
 def _monitor_csv_header(names: Sequence[str]) -> str: ...
 def _monitor_csv_row(
-    figures: tuple[int, int, int, int, int, int, int | None],
-    weights: Sequence[tuple[str, int, int]],
+    figures: tuple[int, int, int, int, int | None, int, int | None],
+    names: MonitorRowNames,
+    bytes: Sequence[int],
+    grads: Sequence[int],
 ) -> str: ...
 def _monitor_html(
     title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]

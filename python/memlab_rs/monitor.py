@@ -9,17 +9,30 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
 
 - The allocator (``_core.MonitorSource``: CUDA's caching allocator, or the CPU source) is
   sampled at each boundary, and its peaks are reset there, so each window between two
-  boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start (the
-  first unpack of a saved tensor), each backward end (an engine callback queued at backward
-  start, as torch's own ``BackwardHook`` does).
+  boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start and
+  each backward end (``torch.autograd.backward``/``grad`` wrapped: ``_backward_calls.py``).
 - Saved activations: a ``saved_tensors_hooks`` pair (``_core.SavedTensorHooks``, in Rust:
-  torch calls it for every saved tensor), pushed as the default hooks for the monitor's
-  life on the thread that creates it. Pack wraps what autograd must hold (a leaf as is,
-  anything else as ``t.detach()``: returning ``t`` itself would make a reference cycle
-  through ``t.grad_fn``) in an object only autograd holds, and logs it weakly, so "saved
-  storages alive" is read exactly at any boundary (``src/monitor/saved.rs``). A pair
-  installed before the monitor (``save_on_cpu`` around the whole loop, say) is chained:
-  its pack runs first, and what it returns is what autograd holds.
+  torch calls it for every saved tensor), pushed as the default hooks on the training
+  thread for the iterations the monitor *measures*. Pack wraps what autograd must hold (a
+  leaf as is, anything else as ``t.detach()``: returning ``t`` itself would make a
+  reference cycle through ``t.grad_fn``) in an object only autograd holds, and logs it
+  weakly, so "saved storages alive" is read exactly at any boundary
+  (``src/monitor/saved.rs``). A pair on top of the stack when ours is pushed
+  (``save_on_cpu`` around the whole loop, say) is chained: its pack runs first, and what it
+  returns is what autograd holds.
+- Which iterations are measured (``feature_maps="auto"``): torch's hook mechanism costs
+  several microseconds per saved tensor, 10 to 15% of a CPU-bound step, so the pair is on
+  only while the step changes. An iteration's *signature* is everything the monitor reads
+  without the hooks: each window's kind, allocator peak, allocated bytes and known
+  categories at its boundaries, the allocator's allocation/free counts, live blocks and
+  requested bytes, and each forward call of the model's inputs (shapes, dtypes, devices,
+  scalars), training flag, grad and autocast modes. The first iterations are measured until
+  two in a row have the same signature; later ones run without hooks, and one whose
+  signature equals the last measured iteration's takes its saved-tensor figures
+  (``feature_maps_from`` names that step). A forward call whose inputs differ from the
+  measured iteration's turns the hooks on at once; any other difference leaves that
+  iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
+  ``feature_maps="every"`` keeps the hooks on throughout.
 - At each boundary the known tensors are read in one Rust call each
   (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
@@ -34,11 +47,11 @@ import os
 import sys
 import threading
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _core, _torch
+from . import _backward_calls, _core, _torch
 from ._categories import CATEGORIES
 
 _autograd = torch._C._autograd
@@ -64,8 +77,11 @@ class MemoryMonitor:
     ``<csv_dir>/<YYYYmmddHHMMSS>.csv``.
 
     ``optimizer`` adds its state; ``device`` defaults to the model's; ``verbose`` adds
-    feature maps per module. Call ``stop()`` (or use ``with``) to remove the hooks. The
-    monitor resets the allocator's peak statistics at each boundary (docs/guide.md).
+    feature maps per module. ``feature_maps="auto"`` measures saved tensors only while the
+    step changes and reuses the figures of an identical measured step (module docstring,
+    docs/guide.md); ``"every"`` measures every iteration, at several microseconds per saved
+    tensor. Call ``stop()`` (or use ``with``) to remove the hooks. The monitor resets the
+    allocator's peak statistics at each boundary (docs/guide.md).
 
     >>> import io, torch, memlab_rs
     >>> model = torch.nn.Linear(1000, 500)
@@ -87,8 +103,15 @@ class MemoryMonitor:
         verbose: bool = False,
         csv_dir: str | os.PathLike[str] = "memory_csv_data",
         file: TextIO | None = None,
+        feature_maps: str = "auto",
     ) -> None:
         _check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
+        if feature_maps not in ("auto", "every"):
+            raise ValueError(
+                f"memory_profiler: feature_maps must be 'auto' (measure saved tensors while "
+                f"the step changes) or 'every' (every iteration), got {feature_maps!r}"
+            )
+        self._every = feature_maps == "every"
         self._model: Any = model
         self._optimizer: Any = optimizer
         self._print_period = int(print_period)
@@ -96,15 +119,21 @@ class MemoryMonitor:
         self._file = file
         self._device = _monitored_device(model, device)
         self._device_index = -1 if self._device == "cpu" else int(self._device[5:])
+        self._device_type = "cpu" if self._device == "cpu" else "cuda"
         self.iteration = 0
         self.epoch = 1
         self.records: list[dict[str, Any]] = []
-        self._details: list[tuple[list[tuple[str, int]], list[tuple[str, int, int]]]] = []
+        # Per record: (feature maps per module, row names, row bytes, row gradient bytes).
+        self._details: list[tuple[list[tuple[str, int]], Any, list[int], list[int]]] = []
         self._stopped = False
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
         self._param_key: list[int] | None = None
         self._rows: list[tuple[str, list[torch.nn.Parameter], int]] = []
+        # The rows as the renderer takes them: replaced (never mutated) when rows change.
+        self._row_names: Any = _core.MonitorRowNames([])
+        self._row_bytes: list[int] = []
+        self._no_grads: list[int] = []
         self._param_bytes = 0
         self._param_ptrs: set[int] = set()
         self._tensors: Any = _core.MonitorTensors(self._device_index)
@@ -122,8 +151,16 @@ class MemoryMonitor:
         self._hooks: Any = None
         self._pack: Any = None
         self._unpack: Any = None
-        self._chained = False
-        self._hooks_left = False
+        # Our pair is on a hook stack (of thread ``_pushed_on``) while iterations are
+        # measured; ``_chained_now``: a pair under it was chained during this iteration.
+        self._pushed_on: int | None = None
+        self._chains = False  # the pair pushed chains another
+        self._measured = False  # the hooks were on for the whole of this iteration
+        self._chained_now = False
+        self._top_at_start: Any = None
+        self._calibration: _Calibration | None = None
+        self._keys: list[Any] = []
+        self._counts: list[list[int]] = []
         self._start: list[int] = []
         self._windows: list[tuple[str, list[int], list[int], int]] = []
         self._phase = "forward"
@@ -131,14 +168,21 @@ class MemoryMonitor:
         self._modules: list[tuple[str, int]] = []
         self._peak_reserved = 0
         self._backwards = 0
-        self._grads: list[tuple[str, int, int]] = []
+        self._grads: list[int] = []  # per row, at the last backward end
         self._source: Any = _core.MonitorSource(self._device)
         self._csv_path: str | None = None
         if csv:
             self._csv_path = self._open_csv(os.fspath(csv_dir))
-        self._install_hooks()
+        stack = self._module_stack if self._verbose else None
+        self._hooks = _core.SavedTensorHooks(torch.Tensor, stack)
+        # Bound once: the pair on top of the stack is recognised as ours by identity.
+        self._pack, self._unpack = self._hooks.pack, self._hooks.unpack
         if verbose:
             self._install_module_hooks()
+        if not self._every:
+            handle = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+            self._handles.append(handle)
+        _backward_calls.add(self)
         self._refresh_model_tensors()
         self._new_iteration(self._boundary(self._source.read()[0]))
 
@@ -149,17 +193,19 @@ class MemoryMonitor:
         ``print_period`` iterations print the block (and append a CSV row)."""
         with self._lock:
             self._check_running("record_stats")
-            allocated, peak, reserved, peak_reserved = self._source.read()
+            allocated, peak, reserved, peak_reserved, counts = self._source.read()
             self._refresh_model_tensors()
             end = self._boundary(allocated, full=True, complete=self._phase != "after")
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             kind = "optimizer" if self._phase == "after" else "forward"
             self._windows.append((kind, self._start, end, peak))
+            self._counts.append(counts)
             if self._feature_maps is None:  # no backward: the end of forward is now
                 self._feature_maps = end[5]
                 self._modules = self._module_activations()
             self.iteration += 1
-            self._finish(end, reserved)
+            source = self._settle_activations()
+            self._finish(end, reserved, source)
             self._new_iteration(end)
             if self.iteration % self._print_period == 0:
                 print("\n" + self.text(), file=self._file or sys.stdout)
@@ -176,33 +222,25 @@ class MemoryMonitor:
     def stop(self) -> None:
         """Remove everything the monitor installed: its saved-tensor hooks (popped if they
         are on top of this thread's stack, else made inert pass-throughs), the module hooks,
-        the CPU counting. The records stay. Calling it twice is harmless."""
+        the backward wrappers (``_backward_calls``), the CPU counting. The records stay.
+        Calling it twice is harmless."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
-            top = _top_hooks()
-            if (
-                threading.get_ident() == self._thread
-                and top is not None
-                and top[0] is self._pack
-                and top[1] is self._unpack
-            ):
-                _autograd._pop_saved_tensors_default_hooks()
-                self._hooks_left = False
-            else:
-                self._hooks_left = True  # inert: they only call the chained pair, if any
+            self._pop_hooks()  # when it cannot, the pair left is inert: it only chains
+            _backward_calls.remove(self)
             for handle in self._handles:
                 handle.remove()
             self._handles = []
             self._hooks.stop()
             self._source = None
             # Hold no tensor of the user's once stopped (the records are plain numbers).
-            self._rows = [(name, [], nbytes) for name, _ps, nbytes in self._rows]
+            self._rows = []
             self._model = self._optimizer = None
             self._params, self._buffers = [], []
             self._tensors = None
-            if not self._hooks_left:
+            if self._pushed_on is None:
                 self._pack = self._unpack = self._hooks = None
 
     def __enter__(self) -> MemoryMonitor:
@@ -237,9 +275,9 @@ class MemoryMonitor:
                 f"text(iteration={iteration!r}): steps recorded are 1 to {len(self.records)}"
             )
         r = self.records[index]
-        modules, weights = self._details[index]
+        modules, names, nbytes, grads = self._details[index]
         return _core._monitor_text(
-            _figures(r), modules if self._verbose else [], weights, r["notice"]
+            _figures(r), modules if self._verbose else [], names, nbytes, grads, r["notice"]
         )
 
     def plot_html(self) -> str:
@@ -291,14 +329,33 @@ class MemoryMonitor:
 
     # ----- hooks ------------------------------------------------------------------------
 
-    def _install_hooks(self) -> None:
+    def _start_measuring(self) -> None:
+        """Push our pair on this thread's stack (chaining the pair on top, if any): saved
+        tensors are logged from now on, until ``_pop_hooks``."""
+        if self._pushed_on is not None:
+            return
         outer = _top_hooks()
-        stack = self._module_stack if self._verbose else None
-        self._hooks = _core.SavedTensorHooks(self._on_backward_start, torch.Tensor, outer, stack)
-        # Bound once: stop() recognises our pair on top of the stack by identity.
-        self._pack, self._unpack = self._hooks.pack, self._hooks.unpack
-        self._chained = outer is not None
+        self._hooks.chain(outer)
+        self._chains = outer is not None
+        self._chained_now = self._chained_now or self._chains
         _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+        self._pushed_on = threading.get_ident()
+
+    def _pop_hooks(self) -> bool:
+        """Pop our pair if it is on top of this thread's stack; False if it is left on."""
+        if self._pushed_on is None:
+            return True
+        top = _top_hooks()
+        if (
+            threading.get_ident() != self._pushed_on
+            or top is None
+            or top[0] is not self._pack
+            or top[1] is not self._unpack
+        ):
+            return False  # another thread's stack, or a pair pushed over ours: left on
+        _autograd._pop_saved_tensors_default_hooks()
+        self._pushed_on = None
+        return True
 
     def _install_module_hooks(self) -> None:
         stack = self._module_stack
@@ -316,39 +373,103 @@ class MemoryMonitor:
             self._handles.append(module.register_forward_pre_hook(pre))
             self._handles.append(module.register_forward_hook(post, always_call=True))
 
-    def _on_backward_start(self) -> None:
+    def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
+        """The model's forward pre-hook (``feature_maps="auto"``): note the call's key, and
+        turn the hooks on when the measured iteration's call at this place had another."""
+        key = _call_key(args, kwargs, self._model.training, self._device_type)
+        with self._lock:
+            if self._stopped:
+                return
+            self._keys.append(key)
+            if self._pushed_on is not None:
+                return
+            cal = self._calibration
+            n = len(self._keys)
+            if cal is not None and cal.keys[:n] == self._keys:
+                return
+            # Pushing over a pair the user opened since the iteration started would pop
+            # theirs when their ``with`` exits: then this iteration stays unmeasured.
+            if self._phase == "forward" and _top_hooks() == self._top_at_start:
+                self._start_measuring()
+                self._measured = n == 1 and self._windows == []
+
+    def backward_start(self) -> bool:
+        """A backward pass starts (``_backward_calls``): a boundary, unless one runs."""
         with self._lock:
             if self._stopped or self._phase == "backward":
-                return  # another thread's unpack got here first
-            try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
-            except RuntimeError:
-                return  # an unpack outside backward (reading grad_fn._saved_*): no boundary
-            allocated, peak, _reserved, peak_reserved = self._source.read()
+                return False  # nested (reentrant checkpointing) or another thread's
+            allocated, peak, _reserved, peak_reserved, counts = self._source.read()
             end = self._boundary(allocated)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             self._windows.append(("forward", self._start, end, peak))
+            self._counts.append(counts)
             if self._feature_maps is None:
                 self._feature_maps = end[5]
                 self._modules = self._module_activations()
             self._start = end
             self._phase = "backward"
-            self._hooks.set_backward(True)
             self._backwards += 1
+            return True
 
-    def _on_backward_end(self) -> None:
+    def backward_end(self) -> None:
+        """The backward pass ``backward_start`` accepted has returned."""
         with self._lock:
             if self._stopped or self._phase != "backward":
                 return
-            allocated, peak, _reserved, peak_reserved = self._source.read()
+            allocated, peak, _reserved, peak_reserved, counts = self._source.read()
             end = self._boundary(allocated)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
             self._windows.append(("backward", self._start, end, peak))
-            rows = zip(self._rows, self._row_grads)
-            self._grads = [(name, nbytes, grad) for (name, _ps, nbytes), grad in rows]
+            self._counts.append(counts)
+            self._grads = self._row_grads
             self._start = end
             self._phase = "after"
-            self._hooks.set_backward(False)
+
+    # ----- which iterations are measured ------------------------------------------------
+
+    def _signature(self) -> tuple[Any, ...]:
+        """Everything read of this iteration without the hooks (module docstring)."""
+        windows = tuple(
+            (kind, tuple(start[:5]), tuple(end[:5]), peak)
+            for kind, start, end, peak in self._windows
+        )
+        counts = tuple(tuple(c) for c in self._counts)
+        return (windows, counts, tuple(self._keys))
+
+    def _settle_activations(self) -> int | None:
+        """At a record: the step whose saved-tensor figures this iteration shows (its own
+        when measured), or None when they are unknown; and whether to measure the next."""
+        signature = self._signature()
+        step = len(self.records) + 1
+        if self._measured:
+            activations = [self._windows[0][1][5]] + [w[2][5] for w in self._windows]
+            cal = self._calibration
+            stable = cal is not None and cal.signature == signature
+            self._calibration = _Calibration(
+                signature,
+                list(self._keys),
+                activations,
+                self._feature_maps,
+                self._modules,
+                step,
+                self._chained_now,
+            )
+            if stable and not self._every:
+                self._pop_hooks()  # left on (another thread, a pair over ours): measures on
+            return step
+        cal = self._calibration
+        if cal is not None and cal.signature == signature:
+            for i, (_kind, start, end, _peak) in enumerate(self._windows):
+                start[5], end[5] = cal.activations[i], cal.activations[i + 1]
+            self._feature_maps = cal.feature_maps
+            self._modules = list(cal.modules)
+            self._chained_now = cal.chained
+            return cal.step
+        self._feature_maps = None
+        self._modules = []
+        for _kind, start, end, _peak in self._windows:
+            start[5] = end[5] = 0
+        return None
 
     # ----- what is live at a boundary ---------------------------------------------------
 
@@ -364,6 +485,9 @@ class MemoryMonitor:
         if key != self._param_key:
             self._param_key = key
             self._rows = _param_rows(self._model)
+            self._row_names = _core.MonitorRowNames([name for name, _ps, _b in self._rows])
+            self._row_bytes = [nbytes for _name, _ps, nbytes in self._rows]
+            self._no_grads = [0] * len(self._rows)
             unique = self._storages(self._params, exclude=set())
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
@@ -398,9 +522,9 @@ class MemoryMonitor:
         if not full and quick == self._opt_quick:
             return sum(self._opt_state.values())
         self._opt_quick = quick
-        values = [v for st in state_dict.values() for v in st.values()]
-        ids = [id(v) for v in values]
+        ids = _core._monitor_state_ids(state_dict)
         if ids != self._opt_ids:
+            values = [v for st in state_dict.values() for v in st.values()]
             self._tensors.gradients()  # the gradient storages now, to exclude them
             known = self._tensors.known_storages()
             tensors = [v for v in values if isinstance(v, torch.Tensor)]
@@ -429,18 +553,20 @@ class MemoryMonitor:
                 state,
                 self._start[5],
             ]
+        # Without the hooks the saved tensors are unknown until the record: 0 for now.
+        measuring = self._pushed_on is not None
         return [
             allocated,
             self._param_bytes,
             self._buffer_bytes,
             gradient,
             state,
-            self._tensors.activations(self._hooks),
+            self._tensors.activations(self._hooks) if measuring else 0,
         ]
 
     def _module_activations(self) -> list[tuple[str, int]]:
         """Live saved storages by the module that saved them first (verbose only)."""
-        if not self._verbose:
+        if not self._verbose or self._pushed_on is None:
             return []
         outside = "(outside the model's modules)"
         return self._tensors.activations_by_module(self._hooks, outside)
@@ -448,17 +574,26 @@ class MemoryMonitor:
     # ----- iteration bookkeeping --------------------------------------------------------
 
     def _new_iteration(self, start: list[int]) -> None:
+        """Start an iteration at ``start``; measure it when the last one was not measured,
+        or was measured but not yet twice alike (``_settle_activations``)."""
+        unmeasured = bool(self.records) and self.records[-1]["feature_maps_from"] is None
+        if self._every or self._calibration is None or unmeasured:
+            self._start_measuring()
+        self._measured = self._pushed_on is not None
+        self._chained_now = self._measured and self._chains
+        self._top_at_start = _top_hooks()
+        self._keys = []
+        self._counts = []
         self._start = start
         self._windows = []
         self._phase = "forward"
-        self._hooks.set_backward(False)
         self._feature_maps = None
         self._modules = []
         self._peak_reserved = 0
         self._backwards = 0
-        self._grads = [(name, nbytes, 0) for name, _ps, nbytes in self._rows]
+        self._grads = self._no_grads
 
-    def _finish(self, end: list[int], reserved: int) -> None:
+    def _finish(self, end: list[int], reserved: int, measured_at: int | None) -> None:
         result = _core._monitor_iteration(self._windows)
         assert result is not None  # record_stats appended a window
         best, cats, intermediate, inexact = result
@@ -469,10 +604,16 @@ class MemoryMonitor:
                 "Known tensors exceeded the allocator's count at a boundary (storages it did "
                 "not allocate): 'other' was clamped to 0."
             )
-        if self._chained:
+        if self._chained_now:
             notice = (notice + " " if notice else "") + (
                 "An outer saved-tensor hook pair was chained: feature maps count what it "
                 "returns when that is a tensor on the monitored device."
+            )
+        if measured_at is None:
+            notice = (notice + " " if notice else "") + (
+                "Feature maps were not measured this iteration: its allocations differed "
+                "from those of the last measured one (activations are counted in 'other'). "
+                "The next iteration is measured."
             )
         record: dict[str, Any] = {
             "step": len(self.records) + 1,
@@ -480,9 +621,10 @@ class MemoryMonitor:
             "iteration": self.iteration,
             "peak_cached": self._peak_reserved,
             "current_cached": reserved,
-            "feature_maps": self._feature_maps or 0,
-            "weight_usage": sum(n for _name, _ps, n in self._rows),
-            "weight_gradient_usage": sum(g for _n, _b, g in self._grads),
+            "feature_maps": (self._feature_maps or 0) if measured_at is not None else None,
+            "feature_maps_from": measured_at,
+            "weight_usage": sum(self._row_bytes),
+            "weight_gradient_usage": sum(self._grads),
             "intermediate_gradients": intermediate,
             "optimizer_state_usage": end[4] if self._optimizer is not None else None,
             "peak_allocated": peak,
@@ -492,7 +634,7 @@ class MemoryMonitor:
         record.update(zip(CATEGORIES, cats))
         record["notice"] = notice
         self.records.append(record)
-        self._details.append((self._modules, self._grads))
+        self._details.append((self._modules, self._row_names, self._row_bytes, self._grads))
 
     # ----- CSV --------------------------------------------------------------------------
 
@@ -508,14 +650,69 @@ class MemoryMonitor:
     def _write_csv_row(self) -> None:
         assert self._csv_path is not None
         with open(self._csv_path, "a") as f:
-            f.write(_core._monitor_csv_row(_figures(self.records[-1]), self._details[-1][1]))
+            _modules, names, nbytes, grads = self._details[-1]
+            f.write(_core._monitor_csv_row(_figures(self.records[-1]), names, nbytes, grads))
 
     def _check_running(self, what: str) -> None:
         if self._stopped:
             raise RuntimeError(f"{what}(): this monitor was stopped; create a new one")
 
 
-def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int, int, int | None]:
+class _Calibration(NamedTuple):
+    """The last measured iteration: what an identical iteration takes from it."""
+
+    signature: tuple[Any, ...]
+    keys: list[Any]
+    activations: list[int]  # saved bytes at each boundary, the start's first
+    feature_maps: int | None
+    modules: list[tuple[str, int]]
+    step: int
+    chained: bool
+
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _autocast(device_type: str) -> tuple[bool, Any]:
+    """Whether autocast is on for ``device_type``, and its dtype."""
+    try:  # torch >= 2.4
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+    except (TypeError, AttributeError):  # older torch: one function per device type
+        if device_type == "cuda":
+            return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+
+
+def _call_key(args: Any, kwargs: Any, training: bool, device_type: str) -> tuple[Any, ...]:
+    """What a forward call's allocations depend on that can be read before it runs: each
+    tensor's shape, dtype, device and requires_grad, scalars' values, containers' lengths
+    (three levels deep), other arguments' types, the training flag, grad mode and autocast
+    on the monitored device type."""
+    key: list[Any] = [training, torch.is_grad_enabled(), _autocast(device_type)]
+
+    def add(value: Any, depth: int) -> None:
+        if isinstance(value, torch.Tensor):
+            key.append((value.shape, value.dtype, value.device, value.requires_grad))
+        elif isinstance(value, _SCALARS):
+            key.append(value)
+        elif depth < 3 and isinstance(value, (list, tuple)):
+            key.append(len(value))
+            for item in value:
+                add(item, depth + 1)
+        elif depth < 3 and isinstance(value, dict):
+            key.append(len(value))
+            for name, item in value.items():
+                key.append(name)
+                add(item, depth + 1)
+        else:
+            key.append(type(value))
+
+    add(args, 0)
+    add(kwargs, 0)
+    return tuple(key)
+
+
+def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:
     return (
         r["iteration"],
         r["epoch"],

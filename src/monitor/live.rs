@@ -150,6 +150,24 @@ impl MonitorTensors {
     }
 }
 
+/// The identities of an optimizer's state values (`optimizer.state`: a dict of dicts), in
+/// order: a cheap key, read at every record, that changes when a state tensor is replaced.
+#[pyfunction]
+pub fn _monitor_state_ids(state: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let mut ids = Vec::new();
+    for per_param in state
+        .call_method0(intern!(state.py(), "values"))?
+        .try_iter()?
+    {
+        let per_param = per_param?;
+        let values = per_param.call_method0(intern!(state.py(), "values"))?;
+        for value in values.try_iter()? {
+            ids.push(value?.as_ptr() as usize);
+        }
+    }
+    Ok(ids)
+}
+
 /// Each tensor's `data_ptr()` (a cheap key: it changes when a storage is replaced).
 #[pyfunction]
 pub fn _monitor_data_ptrs(py: Python<'_>, tensors: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<i64>> {

@@ -9,15 +9,18 @@
 //! What the slot holds: a leaf (no `grad_fn`) is held as is: it cannot be the output of the
 //! node saving it, so no reference cycle through `grad_fn` can form. Anything else may be
 //! such an output, so it is held as a detached alias (`t.detach()`, as torch's docs advise).
-//! An outer hook pair installed before the monitor is chained: its pack runs first and its
-//! result is held (counted only when it is a tensor).
+//! An outer hook pair on top of the stack when the monitor pushes this pair is chained: its
+//! pack runs first and its result is held (counted only when it is a tensor).
+//!
+//! The pair only logs: the monitor pushes it for the iterations it measures and pops it
+//! after (`monitor.py`), and finds backward boundaries itself (`_backward_calls.py`).
 //!
 //! Storages are read at the boundaries, not at pack time, so a storage resized or freed in
 //! between (FSDP frees parameter storages after forward) reads as it is at the boundary.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -28,6 +31,8 @@ struct Slot {
     packed: Py<PyAny>,
     /// The module label on top of the module stack when it was saved (verbose only).
     module: Option<Py<PyAny>>,
+    /// The chained pair's unpack, when its pack made `packed`.
+    unpack: Option<Py<PyAny>>,
 }
 
 /// What autograd holds for one saved tensor while the monitor's hooks are installed.
@@ -39,11 +44,10 @@ pub struct SavedHeld {
 /// The pack/unpack pair and the log of what it saved.
 #[pyclass(module = "memlab_rs._core", frozen)]
 pub struct SavedTensorHooks {
-    on_backward_start: Py<PyAny>,
-    outer: Option<(Py<PyAny>, Py<PyAny>)>,
+    /// The pair chained under this one, set each time the monitor pushes it.
+    outer: RwLock<Option<(Py<PyAny>, Py<PyAny>)>>,
     modules: Option<Py<PyList>>,
     tensor_type: Py<PyType>,
-    in_backward: AtomicBool,
     stopped: AtomicBool,
     /// Locked only around pure Rust work (never while calling Python), so a collection
     /// that runs finalizers inside `pack` cannot deadlock on it.
@@ -75,6 +79,14 @@ fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64,
 pub type ModuleBytes = (Option<Py<PyAny>>, i64);
 
 impl SavedTensorHooks {
+    /// The chained pair, if any.
+    fn outer_pair(&self, py: Python<'_>) -> Option<(Py<PyAny>, Py<PyAny>)> {
+        let outer = self.outer.read().unwrap_or_else(|e| e.into_inner());
+        outer
+            .as_ref()
+            .map(|(p, u)| (p.clone_ref(py), u.clone_ref(py)))
+    }
+
     /// The slots still held, in save order, with whether each counts; forgets the others.
     fn alive(&self) -> Vec<Arc<Slot>> {
         let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,31 +131,31 @@ impl SavedTensorHooks {
 
 #[pymethods]
 impl SavedTensorHooks {
-    /// `on_backward_start()` is called at the first unpack while not in backward; `outer`
-    /// is a chained (pack, unpack) pair; `modules` the verbose module stack (a list whose
-    /// last item labels the module running now); `tensor_type` is `torch.Tensor`.
+    /// `tensor_type` is `torch.Tensor`; `modules` the verbose module stack (a list whose
+    /// last item labels the module running now).
     #[new]
-    #[pyo3(signature = (on_backward_start, tensor_type, outer=None, modules=None))]
-    fn new(
-        on_backward_start: Py<PyAny>,
-        tensor_type: Py<PyType>,
-        outer: Option<(Py<PyAny>, Py<PyAny>)>,
-        modules: Option<Py<PyList>>,
-    ) -> Self {
+    #[pyo3(signature = (tensor_type, modules=None))]
+    fn new(tensor_type: Py<PyType>, modules: Option<Py<PyList>>) -> Self {
         Self {
-            on_backward_start,
-            outer,
+            outer: RwLock::new(None),
             modules,
             tensor_type,
-            in_backward: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             saved: Mutex::new(Vec::new()),
         }
     }
 
+    /// Chain `outer` (a (pack, unpack) pair, or None) under this pair from now on: called
+    /// just before the monitor pushes it, with the pair then on top of the stack.
+    #[pyo3(signature = (outer=None))]
+    fn chain(&self, outer: Option<(Py<PyAny>, Py<PyAny>)>) {
+        *self.outer.write().unwrap_or_else(|e| e.into_inner()) = outer;
+    }
+
     /// The pack hook.
     fn pack(&self, py: Python<'_>, t: &Bound<'_, PyAny>) -> PyResult<SavedHeld> {
-        let (packed, counted) = match &self.outer {
+        let outer = self.outer_pair(py);
+        let (packed, counted) = match &outer {
             None => {
                 let leaf = t.getattr(intern!(py, "is_leaf"))?.is_truthy()?;
                 let packed = if leaf {
@@ -171,7 +183,12 @@ impl SavedTensorHooks {
             }
             None => None,
         };
-        let slot = Arc::new(Slot { packed, module });
+        let unpack = outer.map(|(_, unpack)| unpack);
+        let slot = Arc::new(Slot {
+            packed,
+            module,
+            unpack,
+        });
         if !self.stopped.load(Ordering::Relaxed) {
             let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
             saved.push((Arc::downgrade(&slot), counted));
@@ -179,21 +196,14 @@ impl SavedTensorHooks {
         Ok(SavedHeld { slot })
     }
 
-    /// The unpack hook; the first unpack outside backward calls `on_backward_start`.
+    /// The unpack hook: the chained pair's unpack when the tensor was packed by it.
     fn unpack(&self, py: Python<'_>, held: &Bound<'_, SavedHeld>) -> PyResult<Py<PyAny>> {
-        if !self.in_backward.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
-            self.on_backward_start.call0(py)?;
-        }
-        let packed = held.get().slot.packed.clone_ref(py);
-        match &self.outer {
+        let slot = &held.get().slot;
+        let packed = slot.packed.clone_ref(py);
+        match &slot.unpack {
             None => Ok(packed),
-            Some((_, unpack)) => unpack.call1(py, (packed,)),
+            Some(unpack) => unpack.call1(py, (packed,)),
         }
-    }
-
-    /// Whether a backward pass is running (set by the monitor at its boundaries).
-    fn set_backward(&self, running: bool) {
-        self.in_backward.store(running, Ordering::Relaxed);
     }
 
     /// Record nothing more and forget the log; the hooks only pass tensors through.

@@ -16,12 +16,27 @@ const NAMES: [&str; 4] = [
     "reserved_bytes.all.peak",
 ];
 
+/// Counts that tell two iterations' allocations apart beyond their bytes (the monitor's
+/// iteration signature, `monitor.py`): how many allocations and frees a window made, how
+/// many blocks are live at its end, and the bytes requested (before rounding) live then.
+/// Those a source does not have are left out.
+const COUNTS: [&str; 4] = [
+    "allocation.all.allocated",
+    "allocation.all.freed",
+    "allocation.all.current",
+    "requested_bytes.all.current",
+];
+
 /// Samples allocated/reserved bytes of one device and resets its peaks after each sample.
 #[pyclass(module = "memlab_rs._core")]
 pub struct MonitorSource {
     source: Source,
     /// Indexes of `NAMES` in the source's layout, once it is known.
     indexes: Option<[usize; 4]>,
+    /// Indexes of the `COUNTS` the layout has, and whether each is a running total.
+    counts: Vec<(usize, bool)>,
+    /// The running totals at the previous `read`.
+    totals: Vec<i64>,
 }
 
 #[pymethods]
@@ -44,23 +59,38 @@ impl MonitorSource {
         Ok(Self {
             source: Source::new(py, device)?,
             indexes: None,
+            counts: Vec::new(),
+            totals: Vec::new(),
         })
     }
 
     /// (allocated, peak allocated, reserved, peak reserved) bytes, peaks since the previous
-    /// `read`; then the peaks are reset to the current values.
-    fn read(&mut self, py: Python<'_>) -> PyResult<(i64, i64, i64, i64)> {
+    /// `read`, and the `COUNTS` the source has (allocations and frees since the previous
+    /// `read`, live blocks and requested bytes now); then the peaks are reset.
+    fn read(&mut self, py: Python<'_>) -> PyResult<(i64, i64, i64, i64, Vec<i64>)> {
         self.source.sample(py)?;
         if self.indexes.is_none() {
             let layout = &self.source.layout;
             let found: Option<Vec<usize>> = NAMES.iter().map(|name| layout.index(name)).collect();
             self.indexes = found.map(|v| [v[0], v[1], v[2], v[3]]);
+            if self.indexes.is_some() {
+                self.counts = COUNTS
+                    .iter()
+                    .filter_map(|name| Some((layout.index(name)?, !name.ends_with(".current"))))
+                    .collect();
+                self.totals = vec![0; self.counts.len()];
+            }
         }
         let Some([a, ap, r, rp]) = self.indexes else {
-            return Ok((0, 0, 0, 0)); // CUDA not initialised yet: nothing allocated
+            return Ok((0, 0, 0, 0, Vec::new())); // CUDA not initialised yet: nothing allocated
         };
         let c = &self.source.current;
-        let figures = (c[a], c[ap].max(c[a]), c[r], c[rp].max(c[r]));
+        let mut counts = Vec::with_capacity(self.counts.len());
+        for (&(i, running), total) in self.counts.iter().zip(self.totals.iter_mut()) {
+            counts.push(if running { c[i] - *total } else { c[i] });
+            *total = c[i];
+        }
+        let figures = (c[a], c[ap].max(c[a]), c[r], c[rp].max(c[r]), counts);
         self.source.reset_peaks(py)?;
         Ok(figures)
     }

@@ -3,6 +3,7 @@
 //! characters, the value right-aligned with dots in 5, then " MB"; indented rows pad to 33
 //! after two spaces; MB are decimal megabytes rounded half to even, as Python's `round`).
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 /// Bytes to the original's integer MB: `round(bytes / 1e6)`, ties to even.
@@ -11,11 +12,35 @@ pub fn mb(bytes: i64) -> i64 {
 }
 
 fn line(label: &str, bytes: i64) -> String {
-    format!("{label:.<35}{:.>5} MB", mb(bytes))
+    leader("", label, "", 35, &mb(bytes).to_string(), " MB")
 }
 
 fn row(label: &str, bytes: i64) -> String {
-    format!("  {label:.<33}{:.>5} MB", mb(bytes))
+    leader("  ", label, "", 33, &mb(bytes).to_string(), " MB")
+}
+
+/// `{indent}{label}{suffix}`, dots to `width` characters (after the indent), then `value`
+/// right-aligned with dots in 5, then `unit`: what `format!("{:.<w$}{:.>5}")` prints,
+/// built directly because the formatter's padding is slow, and a block has hundreds of rows.
+fn leader(
+    indent: &str,
+    label: &str,
+    suffix: &str,
+    width: usize,
+    value: &str,
+    unit: &str,
+) -> String {
+    let chars = label.chars().count() + suffix.chars().count();
+    let value_chars = value.chars().count();
+    let mut out = String::with_capacity(indent.len() + width.max(chars) + 5 + unit.len() + 8);
+    out.push_str(indent);
+    out.push_str(label);
+    out.push_str(suffix);
+    out.extend(std::iter::repeat_n('.', width.saturating_sub(chars)));
+    out.extend(std::iter::repeat_n('.', 5usize.saturating_sub(value_chars)));
+    out.push_str(value);
+    out.push_str(unit);
+    out
 }
 
 /// What one printed block shows.
@@ -25,7 +50,9 @@ pub struct Block {
     pub epoch: i64,
     pub peak_cached: i64,
     pub current_cached: i64,
-    pub feature_maps: i64,
+    /// None when the iteration's feature maps were not measured (the monitor's notice says
+    /// why): printed as `n/a`, an empty CSV cell.
+    pub feature_maps: Option<i64>,
     /// Per module feature maps (verbose only; empty otherwise).
     pub modules: Vec<(String, i64)>,
     /// (parameter name, bytes, its gradient's bytes), one per storage.
@@ -49,7 +76,10 @@ pub fn block(b: &Block) -> String {
         stars,
         line("Peak cached", b.peak_cached),
         line("Current cached", b.current_cached),
-        line("Total feature map usage", b.feature_maps),
+        match b.feature_maps {
+            Some(bytes) => line("Total feature map usage", bytes),
+            None => leader("", "Total feature map usage", "", 35, "n/a", ""),
+        },
     ];
     out.extend(b.modules.iter().map(|(name, bytes)| row(name, *bytes)));
     out.push(String::new());
@@ -62,7 +92,7 @@ pub fn block(b: &Block) -> String {
     out.extend(
         b.weights
             .iter()
-            .map(|(name, _, grad)| row(&format!("{name} grad"), *grad)),
+            .map(|(name, _, grad)| leader("  ", name, " grad", 33, &mb(*grad).to_string(), " MB")),
     );
     out.push(line("Intermediate gradients", b.intermediate));
     if let Some(state) = b.optimizer_state {
@@ -95,24 +125,27 @@ pub fn csv_header(names: &[String]) -> String {
 /// One CSV row (all values integer MB).
 pub fn csv_row(b: &Block) -> String {
     let mut cells = vec![
-        b.epoch,
-        b.iteration,
-        mb(b.peak_cached),
-        mb(b.current_cached),
-        mb(b.feature_maps),
-        mb(b.weights.iter().map(|w| w.1).sum()),
+        Some(b.epoch),
+        Some(b.iteration),
+        Some(mb(b.peak_cached)),
+        Some(mb(b.current_cached)),
+        b.feature_maps.map(mb),
+        Some(mb(b.weights.iter().map(|w| w.1).sum())),
     ];
-    cells.extend(b.weights.iter().map(|w| mb(w.1)));
-    cells.push(mb(b.weights.iter().map(|w| w.2).sum()));
-    cells.extend(b.weights.iter().map(|w| mb(w.2)));
-    cells.push(mb(b.intermediate));
-    let text: Vec<String> = cells.iter().map(i64::to_string).collect();
+    cells.extend(b.weights.iter().map(|w| Some(mb(w.1))));
+    cells.push(Some(mb(b.weights.iter().map(|w| w.2).sum())));
+    cells.extend(b.weights.iter().map(|w| Some(mb(w.2))));
+    cells.push(Some(mb(b.intermediate)));
+    let text: Vec<String> = cells
+        .iter()
+        .map(|c| c.map(|v| v.to_string()).unwrap_or_default())
+        .collect();
     text.join(",") + "\n"
 }
 
-/// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps,
-/// intermediate, optimizer_state or None).
-type Figures = (i64, i64, i64, i64, i64, i64, Option<i64>);
+/// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps or
+/// None, intermediate, optimizer_state or None).
+type Figures = (i64, i64, i64, i64, Option<i64>, i64, Option<i64>);
 
 fn to_block(
     figures: Figures,
@@ -136,16 +169,60 @@ fn to_block(
     }
 }
 
+/// The parameter rows' names (tied weights joined by `+`), held on the Rust side: they change
+/// only when the model's parameters do, and a block is printed every iteration.
+#[pyclass(module = "memlab_rs._core", frozen)]
+pub struct MonitorRowNames {
+    names: Vec<String>,
+}
+
+#[pymethods]
+impl MonitorRowNames {
+    #[new]
+    fn new(names: Vec<String>) -> Self {
+        Self { names }
+    }
+
+    fn __len__(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// (name, bytes, gradient bytes) per row, or an error naming the mismatch.
+fn weights(
+    names: &MonitorRowNames,
+    bytes: &[i64],
+    grads: &[i64],
+) -> PyResult<Vec<(String, i64, i64)>> {
+    if bytes.len() != names.names.len() || grads.len() != names.names.len() {
+        return Err(PyValueError::new_err(format!(
+            "monitor rows: {} names, {} byte counts, {} gradient counts",
+            names.names.len(),
+            bytes.len(),
+            grads.len()
+        )));
+    }
+    Ok(names
+        .names
+        .iter()
+        .zip(bytes.iter().zip(grads))
+        .map(|(n, (b, g))| (n.clone(), *b, *g))
+        .collect())
+}
+
 /// The printed block (see `block`).
 #[pyfunction]
-#[pyo3(signature = (figures, modules, weights, notice=None))]
+#[pyo3(signature = (figures, modules, names, bytes, grads, notice=None))]
 pub fn _monitor_text(
     figures: Figures,
     modules: Vec<(String, i64)>,
-    weights: Vec<(String, i64, i64)>,
+    names: &Bound<'_, MonitorRowNames>,
+    bytes: Vec<i64>,
+    grads: Vec<i64>,
     notice: Option<String>,
-) -> String {
-    block(&to_block(figures, modules, weights, notice))
+) -> PyResult<String> {
+    let weights = weights(names.get(), &bytes, &grads)?;
+    Ok(block(&to_block(figures, modules, weights, notice)))
 }
 
 /// The CSV header for these parameter names.
@@ -156,8 +233,14 @@ pub fn _monitor_csv_header(names: Vec<String>) -> String {
 
 /// One CSV row.
 #[pyfunction]
-pub fn _monitor_csv_row(figures: Figures, weights: Vec<(String, i64, i64)>) -> String {
-    csv_row(&to_block(figures, Vec::new(), weights, None))
+pub fn _monitor_csv_row(
+    figures: Figures,
+    names: &Bound<'_, MonitorRowNames>,
+    bytes: Vec<i64>,
+    grads: Vec<i64>,
+) -> PyResult<String> {
+    let weights = weights(names.get(), &bytes, &grads)?;
+    Ok(csv_row(&to_block(figures, Vec::new(), weights, None)))
 }
 
 #[cfg(test)]
@@ -205,9 +288,16 @@ mod tests {
             iteration: 2,
             epoch: 1,
             peak_cached: 3_000_000,
+            feature_maps: Some(0),
             weights: vec![("a.weight".into(), 2_000_000, 2_000_000)],
             ..Default::default()
         };
         assert_eq!(csv_row(&b), "1,2,3,0,0,2,2,2,2,0\n");
+        let unmeasured = Block {
+            feature_maps: None,
+            ..b.clone()
+        };
+        assert_eq!(csv_row(&unmeasured), "1,2,3,0,,2,2,2,2,0\n");
+        assert!(block(&unmeasured).contains("\nTotal feature map usage..............n/a\n"));
     }
 }
