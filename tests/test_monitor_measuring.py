@@ -237,3 +237,73 @@ def test_bad_feature_maps_mode():
         memlab_rs.memory_profiler(Net(), feature_maps="sometimes")
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     assert not _backward_calls.installed()
+
+
+def test_no_push_inside_a_hook_block_the_user_opened():
+    model = Net()
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        for batch in (8, 8, 8, 16, 16):
+            if batch == 16 and len(mon.rows()) == 3:
+                # New inputs inside the user's own block: pushing ours there would let
+                # their exit pop ours and leave theirs on the stack.
+                with torch.autograd.graph.save_on_cpu():
+                    loss = model(torch.randn(batch, 1000)).sum()
+                assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+            else:
+                loss = model(torch.randn(batch, 1000)).sum()
+            loss.backward()
+            mon.record_stats()
+    rows = mon.rows()
+    assert [r["feature_maps_from"] for r in rows] == [1, 2, 3, None, 5]
+    assert rows[4]["feature_maps"] == feature_maps(16)
+
+
+def test_keyboard_interrupt_in_backward_closes_the_window():
+    model = Net()
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        out = model(torch.randn(8, 1000))
+
+        def interrupt(grad):
+            raise KeyboardInterrupt
+
+        out.register_hook(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            out.sum().backward()
+        assert mon._phase == "after"  # the backward's end was seen despite the interrupt
+        mon.record_stats()
+        model(torch.randn(8, 1000)).sum().backward()
+        mon.record_stats()
+    first, second = mon.rows()
+    assert first["backward_passes"] == second["backward_passes"] == 1
+    # The interrupted graph is still held (by ``out``): both graphs' saved tensors count.
+    assert second["feature_maps"] == 2 * feature_maps(8)
+    for r in (first, second):
+        assert sum(r[c] for c in CATEGORIES) == r["peak_allocated"]
+
+
+def test_cprofile_and_a_trace_function_alongside():
+    import cProfile
+    import sys
+
+    lines = []
+
+    def tracer(frame, event, arg):
+        if event == "line":
+            lines.append(frame.f_lineno)
+        return tracer
+
+    plan = [(8, False, 1)] * 5
+    profiler = cProfile.Profile()
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    profiler.enable()
+    try:
+        auto = run(plan, "auto")
+    finally:
+        profiler.disable()
+        sys.settrace(old)
+    assert lines  # the trace function saw our code run
+    every = run(plan, "every")
+    for a, e in zip(auto.rows(), every.rows()):
+        assert_same_step(a, e)
+    assert [r["feature_maps_from"] for r in auto.rows()] == [1, 2, 3, 3, 3]
