@@ -1,6 +1,7 @@
 //! memlab_rs._core: the Rust core of memlab_rs. This file only registers what the
 //! capability modules define.
 
+pub mod bindings;
 pub mod courtesy;
 pub mod estimate;
 pub mod gc_walk;
@@ -35,12 +36,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tracker::render_tracker_block, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
-    m.add_class::<render::line::LineReportView>()?;
+    m.add_class::<bindings::line_report::LineReportView>()?;
     m.add_class::<trace::binding::TraceAnalysis>()?;
-    m.add_function(wrap_pyfunction!(
-        render::trace_timeline::_trace_timeline_html,
-        m
-    )?)?;
+    m.add_function(wrap_pyfunction!(bindings::trace::_trace_timeline_html, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
@@ -86,17 +84,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
-    m.add_class::<render::monitor_text::MonitorRowNames>()?;
-    m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_text, m)?)?;
-    m.add_function(wrap_pyfunction!(
-        render::monitor_text::_monitor_csv_header,
-        m
-    )?)?;
-    m.add_function(wrap_pyfunction!(render::monitor_text::_monitor_csv_row, m)?)?;
-    m.add_function(wrap_pyfunction!(render::monitor_html::_monitor_html, m)?)?;
+    m.add_class::<bindings::monitor::MonitorRowNames>()?;
+    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_text, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_csv_header, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_csv_row, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_html, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
-    m.add_function(wrap_pyfunction!(render::estimate_text::_estimate_text, m)?)?;
-    m.add_function(wrap_pyfunction!(render::estimate_html::_estimate_html, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_text, m)?)?;
+    m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     Ok(())
 }

@@ -27,7 +27,7 @@ INSTALL_HINT = (
     "matplotlib); the HTML timeline needs nothing"
 )
 
-# The HTML timeline's palette and sizes (src/render/trace_timeline.rs), so both pictures agree.
+# The HTML timeline's palette and sizes (src/render/trace/timeline.rs), so both pictures agree.
 COLORS = [
     "#4e79a7",
     "#f28e2c",

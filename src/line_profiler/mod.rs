@@ -1,7 +1,7 @@
 //! The line profiler: interpreter hooks (`hooks`, through `monitoring` on 3.12+ or
 //! `tracing` on 3.9-3.11) feed per-frame line accounting (`frames`, `engine`) with samples
 //! from a memory source (`source`, `layout`); `report` turns the rows into a report that
-//! `render::line_text` and `render::line_html` print. `fork` keeps a forked child clean.
+//! `render::line_report` print. `fork` keeps a forked child clean.
 
 pub mod cuda_direct;
 pub mod engine;
@@ -204,7 +204,7 @@ impl LineCollector {
         selected: Vec<u32>,
         sources: Vec<report::Source>,
         extra: Option<report::ExtraColumns>,
-    ) -> PyResult<crate::render::line::LineReportView> {
+    ) -> PyResult<crate::bindings::line_report::LineReportView> {
         let extra = extra.unwrap_or_default();
         with_engine(py, |engine| {
             engine.gather_source_notices(self.id);
@@ -217,7 +217,7 @@ impl LineCollector {
             }
             report::build(collector, &columns, &selected, &sources, &extra)
         })
-        .map(crate::render::line::LineReportView::from)
+        .map(crate::bindings::line_report::LineReportView::from)
     }
 }
 

@@ -1,17 +1,11 @@
-//! Renderers: plain results in, text out. One module per format; none of them collects.
+//! Renderers: plain results in, text out; none of them collects or binds to Python (the
+//! PyO3 entry points are in `crate::bindings`). One folder per kind of result, one file per
+//! format.
 
-pub mod estimate_html;
-pub mod estimate_text;
-pub mod html;
-pub mod json;
-pub mod line;
-pub mod line_html;
-pub mod line_text;
-pub mod memlab_text;
-pub mod monitor_html;
-pub mod monitor_text;
-pub mod trace_data;
-pub mod trace_html;
-pub mod trace_text;
-pub mod trace_timeline;
-pub mod tracker_text;
+pub mod escape;
+pub mod estimate;
+pub mod line_report;
+pub mod monitor;
+pub mod tensor_report;
+pub mod trace;
+pub mod tracker;

@@ -161,17 +161,17 @@ impl ReportTable {
     /// pytorch_memlab's text layout; `verbose` shows `name(->owner)` for shared storages.
     #[pyo3(signature = (verbose=false))]
     fn text(&self, verbose: bool) -> String {
-        render::memlab_text::render(&self.sections, verbose, self.incomplete())
+        render::tensor_report::text::render(&self.sections, verbose, self.incomplete())
     }
 
     /// A self-contained HTML table per device.
     fn html(&self) -> String {
-        render::html::render(&self.sections, self.incomplete())
+        render::tensor_report::html::render(&self.sections, self.incomplete())
     }
 
     /// The report as a JSON document.
     fn json(&self) -> String {
-        render::json::render(&self.sections, self.incomplete())
+        render::tensor_report::json::render(&self.sections, self.incomplete())
     }
 
     /// Per-device totals as dicts.

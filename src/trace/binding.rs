@@ -10,7 +10,7 @@ use super::load::from_snapshot;
 use super::model::Source;
 use super::pickle_stream::from_pickle;
 use super::report::{analyse, DeviceReport, Report};
-use crate::render::{trace_data, trace_html, trace_text};
+use crate::render::trace::{data as trace_data, html as trace_html, text as trace_text};
 
 #[pyclass(module = "memlab_rs._core", frozen)]
 pub struct TraceAnalysis {

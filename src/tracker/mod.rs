@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::gc_walk;
-use crate::render::tracker_text;
+use crate::render::tracker::text as tracker_text;
 use crate::reporter::facts::{FactReader, TorchHandles};
 use crate::reporter::table::allocated_bytes;
 use diff::{Group, GroupKey, Seen};

@@ -3,24 +3,9 @@
 
 use std::fmt::Write;
 
+use crate::render::escape::escape;
 use crate::reporter::records::DeviceSection;
 use crate::size::{human_bytes, memlab_bytes};
-
-/// Escape text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// Inline style: inherits the theme's text colour, uses translucent borders so it reads on
 /// light and dark backgrounds alike.

@@ -6,10 +6,7 @@
 
 use std::fmt::Write;
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
-use super::html::escape;
+use crate::render::escape::escape;
 use crate::size::human_bytes;
 
 /// Colours per category (parameter, buffer, gradient, activation, temporary,
@@ -103,21 +100,6 @@ pub fn render(title: &str, names: &[String], labels: &[String], values: &[Vec<i6
 
 /// The HTML fragment (see `render`); labels and values must be as long as each other and
 /// each row as long as `names`.
-#[pyfunction]
-pub fn _monitor_html(
-    title: &str,
-    names: Vec<String>,
-    labels: Vec<String>,
-    values: Vec<Vec<i64>>,
-) -> PyResult<String> {
-    if labels.len() != values.len() || values.iter().any(|v| v.len() != names.len()) {
-        return Err(PyValueError::new_err(
-            "_monitor_html: one label per row and one value per category name",
-        ));
-    }
-    Ok(render(title, &names, &labels, &values))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,8 @@
 //! The estimate as an HTML table for Jupyter: one row per figure, exact bytes beside the
 //! readable size; no scripts, colours from the notebook's theme.
 
-use pyo3::prelude::*;
-
-use super::estimate_text::Line;
-use super::html::escape;
+use super::text::Line;
+use crate::render::escape::escape;
 use crate::size::human_bytes;
 
 pub fn render(model: &str, lines: &[Line], notes: &[String]) -> String {
@@ -37,11 +35,6 @@ pub fn render(model: &str, lines: &[Line], notes: &[String]) -> String {
 }
 
 /// The HTML of an estimate (see `render`).
-#[pyfunction]
-pub fn _estimate_html(model: &str, lines: Vec<Line>, notes: Vec<String>) -> String {
-    render(model, &lines, &notes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

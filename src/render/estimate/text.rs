@@ -2,8 +2,6 @@
 //! figure, `Model {name} : {what}: {megabytes}M`, megabytes being 10^6 bytes printed with six
 //! decimals as its `{:4f}` prints them. The figures are exact bytes; only the unit is its.
 
-use pyo3::prelude::*;
-
 /// One figure: what it is, its bytes, and what follows the number (`"M"`, `" M (with
 /// backward)"`, `"M (step 2, backward)"`).
 pub type Line = (String, u64, String);
@@ -23,11 +21,6 @@ pub fn render(model: &str, lines: &[Line], notes: &[String]) -> String {
 }
 
 /// The text of an estimate (see `render`).
-#[pyfunction]
-pub fn _estimate_text(model: &str, lines: Vec<Line>, notes: Vec<String>) -> String {
-    render(model, &lines, &notes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,9 +3,6 @@
 //! characters, the value right-aligned with dots in 5, then " MB"; indented rows pad to 33
 //! after two spaces; MB are decimal megabytes rounded half to even, as Python's `round`).
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
 /// Bytes to the original's integer MB: `round(bytes / 1e6)`, ties to even.
 pub fn mb(bytes: i64) -> i64 {
     (bytes as f64 / 1e6).round_ties_even() as i64
@@ -145,9 +142,9 @@ pub fn csv_row(b: &Block) -> String {
 
 /// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps or
 /// None, intermediate, optimizer_state or None).
-type Figures = (i64, i64, i64, i64, Option<i64>, i64, Option<i64>);
+pub type Figures = (i64, i64, i64, i64, Option<i64>, i64, Option<i64>);
 
-fn to_block(
+pub fn to_block(
     figures: Figures,
     modules: Vec<(String, i64)>,
     weights: Vec<(String, i64, i64)>,
@@ -167,80 +164,6 @@ fn to_block(
         optimizer_state: optimizer,
         notice,
     }
-}
-
-/// The parameter rows' names (tied weights joined by `+`), held on the Rust side: they change
-/// only when the model's parameters do, and a block is printed every iteration.
-#[pyclass(module = "memlab_rs._core", frozen)]
-pub struct MonitorRowNames {
-    names: Vec<String>,
-}
-
-#[pymethods]
-impl MonitorRowNames {
-    #[new]
-    fn new(names: Vec<String>) -> Self {
-        Self { names }
-    }
-
-    fn __len__(&self) -> usize {
-        self.names.len()
-    }
-}
-
-/// (name, bytes, gradient bytes) per row, or an error naming the mismatch.
-fn weights(
-    names: &MonitorRowNames,
-    bytes: &[i64],
-    grads: &[i64],
-) -> PyResult<Vec<(String, i64, i64)>> {
-    if bytes.len() != names.names.len() || grads.len() != names.names.len() {
-        return Err(PyValueError::new_err(format!(
-            "monitor rows: {} names, {} byte counts, {} gradient counts",
-            names.names.len(),
-            bytes.len(),
-            grads.len()
-        )));
-    }
-    Ok(names
-        .names
-        .iter()
-        .zip(bytes.iter().zip(grads))
-        .map(|(n, (b, g))| (n.clone(), *b, *g))
-        .collect())
-}
-
-/// The printed block (see `block`).
-#[pyfunction]
-#[pyo3(signature = (figures, modules, names, bytes, grads, notice=None))]
-pub fn _monitor_text(
-    figures: Figures,
-    modules: Vec<(String, i64)>,
-    names: &Bound<'_, MonitorRowNames>,
-    bytes: Vec<i64>,
-    grads: Vec<i64>,
-    notice: Option<String>,
-) -> PyResult<String> {
-    let weights = weights(names.get(), &bytes, &grads)?;
-    Ok(block(&to_block(figures, modules, weights, notice)))
-}
-
-/// The CSV header for these parameter names.
-#[pyfunction]
-pub fn _monitor_csv_header(names: Vec<String>) -> String {
-    csv_header(&names)
-}
-
-/// One CSV row.
-#[pyfunction]
-pub fn _monitor_csv_row(
-    figures: Figures,
-    names: &Bound<'_, MonitorRowNames>,
-    bytes: Vec<i64>,
-    grads: Vec<i64>,
-) -> PyResult<String> {
-    let weights = weights(names.get(), &bytes, &grads)?;
-    Ok(csv_row(&to_block(figures, Vec::new(), weights, None)))
 }
 
 #[cfg(test)]

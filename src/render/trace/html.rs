@@ -1,7 +1,7 @@
 //! The peak report as HTML for Jupyter: per device the peak figures, the rows by location and
 //! by module. Self-contained, like the tensor report's tables.
 
-use super::html::escape;
+use crate::render::escape::escape;
 use crate::size::human_bytes;
 use crate::trace::group::Row;
 use crate::trace::report::Report;

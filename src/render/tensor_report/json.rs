@@ -1,29 +1,7 @@
 //! The report as JSON: one object per device, rows as objects with typed fields.
 
-use std::fmt::Write;
-
+use crate::render::escape::string;
 use crate::reporter::records::{DeviceSection, Row};
-
-/// A JSON string literal, escaping what RFC 8259 requires.
-pub fn string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 fn optional<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "null".to_owned(), |v| v.to_string())

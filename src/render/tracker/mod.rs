@@ -1,0 +1,3 @@
+//! The tensor diff tracker's log block.
+
+pub mod text;
