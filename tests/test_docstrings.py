@@ -17,6 +17,9 @@ import pytest
         "memlab_rs.trace",
         "memlab_rs._trace_tags",
         "memlab_rs.estimate",
+        "memlab_rs.results",
+        "memlab_rs.line_result",
+        "memlab_rs._backward_calls",
     ],
 )
 def test_docstring_examples(module):

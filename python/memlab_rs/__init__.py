@@ -3,12 +3,14 @@
 ``import memlab_rs as pytorch_memlab`` works in existing code.
 """
 
+from . import results as results  # memlab_rs.results: the saved-result format
 from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
+from .line_result import LineProfileResult
 from .monitor import MemoryMonitor, memory_profiler
 from .profile import (
     clear_global_line_profiler,
@@ -18,6 +20,7 @@ from .profile import (
     set_target_gpu,
 )
 from .reporter import MemoryReport, MemReporter, TensorRow
+from .results import load
 from .tracker import MemTracker, TrackResult, TrackRow
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "Courtesy",
     "CourtesyRestoreError",
     "FakeStepError",
+    "LineProfileResult",
     "LineProfiler",
     "LineRecordsDisplay",
     "MemReporter",
@@ -40,6 +44,7 @@ __all__ = [
     "clear_global_line_profiler",
     "estimate",
     "global_line_profiler",
+    "load",
     "max_batch_size",
     "memory_profiler",
     "profile",

@@ -131,3 +131,15 @@ def _unknown(column: str, device: str, valid: Sequence[str]) -> str:
         f"{why}. The columns are keys of torch.cuda.memory_stats(); this source has: "
         + ", ".join(valid)
     )
+
+
+def check_saved_columns(columns: Any, saved: Sequence[str], device: Any) -> tuple[str, ...]:
+    """``columns`` checked against the columns a saved line profile holds (``saved``): a
+    TypeError or ValueError naming the problem and the columns it has otherwise.
+
+    >>> check_saved_columns(["active_bytes.all.peak"], ["active_bytes.all.peak"], "cpu")
+    ('active_bytes.all.peak',)
+    """
+    device = device if isinstance(device, str) else "cuda:0"
+    checked = check_columns(columns, device, saved or ("",))
+    return checked

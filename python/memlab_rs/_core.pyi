@@ -218,6 +218,9 @@ class TraceAnalysis:
     def untagged_log(self, device: int) -> str: ...
     def timeline(self, device: int, top: int = 8, max_points: int = 2000) -> dict[str, Any]: ...
 
+_SavedBlock = tuple[str, list[tuple[int, str, int, list[int] | None]]]
+
+@final
 class LineReportView:
     """A built line report: text, HTML and records."""
 
@@ -228,6 +231,16 @@ class LineReportView:
     def records(self) -> list[tuple[str, int, int, str, list[int] | None]]: ...
     @property
     def notices(self) -> list[str]: ...
+    @staticmethod
+    def from_data(
+        columns: Sequence[str],
+        blocks: Sequence[tuple[str, Sequence[tuple[int, str, int, Sequence[int] | None]]]],
+        notices: Sequence[str],
+    ) -> LineReportView:
+        """A report from plain data: (qualname, lines) blocks, each line (line, code,
+        hits, values or None)."""
+    def data(self) -> tuple[list[str], list[_SavedBlock], list[str]]:
+        """(columns, blocks, notices): the inverse of ``from_data``."""
 
 def _cpu_allocated(nbytes: int) -> None: ...
 def _cpu_adopted(nbytes: int) -> None: ...

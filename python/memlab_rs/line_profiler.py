@@ -19,11 +19,11 @@ from typing import Any, TextIO
 
 import torch
 
-from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU glue)
+from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
 from ._columns import catalogue, check_columns
 from ._torch import check_target_gpu, line_profiler_device
+from .line_result import DEFAULT_COLUMNS, LineProfileResult
 
-DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
 # The bytes a line allocated that were still alive at the peak (from the allocation history).
 PEAK_LIVE = "peak_live"
 
@@ -272,17 +272,37 @@ class LineProfiler:
         >>> str(LineProfiler().display())
         'No data collected\\n'
         """
+        checked = self._checked_columns(columns)
+        return self._result(func, checked).display(columns=list(checked))
+
+    def result(self, func: Any = None) -> LineProfileResult:
+        """The line profile of ``func`` (a function, a qualname, or a list of them; None for
+        all) as data: every column the source has, the functions' source lines, the notices
+        and where it was made. It renders as ``display()`` does, saves to a file
+        (``result.save(path)``) and loads back (``memlab_rs.load``) anywhere.
+
+        >>> LineProfiler().result().functions
+        []
+        """
+        return self._result(func, ())
+
+    def _result(self, func: Any, wanted: Sequence[str]) -> LineProfileResult:
         codes = self._collector.codes()
         selected = self._select(func, codes)
         sources = [_source_of(codes[i]) for i in selected]
-        checked = self._checked_columns(columns)
+        columns = list(self._collector.column_names()) or list(catalogue(self.device))
+        columns += [c for c in wanted if c not in columns and c != PEAK_LIVE]
         extra = None
-        if PEAK_LIVE in checked:
+        if self._peak_live:
             per_line = self._peak_live_by_line()
             files = [codes[i].co_filename for i in selected]
             maps = [{ln: n for (f, ln), n in per_line.items() if f == file} for file in files]
             extra = {PEAK_LIVE: maps}
-        return LineRecordsDisplay(self._collector.report(list(checked), selected, sources, extra))
+            columns.append(PEAK_LIVE)
+        view = self._collector.report(columns, selected, sources, extra)
+        filenames = {self._qualname(codes[i]): codes[i].co_filename for i in selected}
+        meta = results.run_meta(self.device)
+        return LineProfileResult._from_view(view, filenames, meta)
 
     def _peak_live_by_line(self) -> dict[tuple[str, int], int]:
         """{(file, line): bytes} alive at the peak of the traced region (one analysis)."""

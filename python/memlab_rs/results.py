@@ -1,0 +1,228 @@
+"""Results as data: every tool's result saves to, and loads from, one JSON format.
+
+A result file is one JSON object (gzip-compressed when the path ends in ``.gz``)::
+
+    {
+      "format": "memlab_rs.result",
+      "schema": 1,
+      "kind": "line_profile",         # which tool made it: see KINDS
+      "meta": {...},                  # where and when: see run_meta()
+      "data": {...}                   # the result itself, as the kind's class writes it
+    }
+
+Every renderer (text, HTML, CSV, JSON, plots) works from a result object, never from a
+live collector, so a file loaded on a laptop renders exactly as on the cluster it came
+from. The schema version is raised whenever the layout of ``meta`` or of a kind's ``data``
+changes; a file from a newer memlab_rs is refused with a message saying so, one from an
+older schema is migrated (``_MIGRATIONS``) or refused, saying why. docs/guide.md
+(*Saved results*) documents every field.
+
+>>> import os, tempfile, torch, memlab_rs
+>>> def f():
+...     return torch.zeros(256, 1024)
+>>> with memlab_rs.LineProfiler(f, device="cpu") as profiler:
+...     _ = f()
+>>> path = os.path.join(tempfile.mkdtemp(), "profile.json.gz")
+>>> profiler.result().save(path)
+>>> loaded = memlab_rs.load(path)
+>>> loaded.text() == profiler.display().__str__()
+True
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import os
+import platform
+import socket
+import sys
+from typing import Any, Callable, Protocol
+
+FORMAT = "memlab_rs.result"
+SCHEMA = 1
+
+
+class Result(Protocol):
+    """What every saved result provides: its kind, its meta, and its data as JSON values."""
+
+    kind: str
+    meta: dict[str, Any]
+
+    def to_data(self) -> dict[str, Any]:
+        """The result as JSON-compatible values (the file's ``data``)."""
+
+
+#: kind -> a function that rebuilds the result from (data, meta). Each result class
+#: registers itself (``register``) when its module is imported.
+KINDS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {}
+
+# schema version -> a function turning a document of that version into the next one.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def register(kind: str, from_data: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
+    """Make ``load`` rebuild results of ``kind`` with ``from_data(data, meta)``."""
+    KINDS[kind] = from_data
+
+
+def rank_info() -> dict[str, int]:
+    """This process's rank, world size and local rank: torch.distributed's when a process
+    group is initialised, else torchrun's environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``), else a single process (0, 1, 0).
+
+    >>> rank_info()["world_size"] >= 1
+    True
+    """
+    rank = _env_int("RANK", 0)
+    world = _env_int("WORLD_SIZE", 1)
+    local = _env_int("LOCAL_RANK", rank)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+    except Exception:  # a broken or partial torch.distributed: the environment stands
+        pass
+    return {"rank": rank, "world_size": world, "local_rank": local}
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def run_meta(device: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Where and when a result was made: versions, host, process, rank, time, device.
+
+    >>> sorted(run_meta("cpu"))[:4]
+    ['argv', 'created', 'device', 'host']
+    """
+    import torch
+
+    from . import __version__
+
+    meta: dict[str, Any] = {
+        "memlab_rs": __version__,
+        "torch": torch.__version__.split("+")[0],
+        "python": platform.python_version(),
+        "platform": sys.platform,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "argv": list(sys.argv),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+    }
+    meta.update(rank_info())
+    meta.update(extra)
+    return meta
+
+
+def document(result: Result) -> dict[str, Any]:
+    """The file's JSON object for ``result``."""
+    return {
+        "format": FORMAT,
+        "schema": SCHEMA,
+        "kind": result.kind,
+        "meta": result.meta,
+        "data": result.to_data(),
+    }
+
+
+def dumps(result: Result, indent: int | None = None) -> str:
+    """``result`` as the JSON text of a result file."""
+    return json.dumps(document(result), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def save(result: Result, path: str | os.PathLike[str]) -> None:
+    """Write ``result`` to ``path`` (gzip when it ends in ``.gz``)."""
+    text = dumps(result)
+    name = os.fspath(path)
+    if name.endswith(".gz"):
+        with gzip.open(name, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        with open(name, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read a result file written by ``save`` (any tool's): the result object its kind
+    makes, rendering as it did where it was saved.
+
+    Errors are ``ValueError``s that name the file and the problem: not JSON, not a
+    memlab_rs result, a newer schema, an unknown kind.
+    """
+    name = os.fspath(path)
+    try:
+        if name.endswith(".gz"):
+            with gzip.open(name, "rt", encoding="utf-8") as f:
+                doc = json.load(f)
+        else:
+            with open(name, encoding="utf-8") as f:
+                doc = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name}: no such result file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, OSError, EOFError) as e:
+        raise ValueError(
+            f"{name}: not a memlab_rs result file (not JSON: {e}); results are written by "
+            "save() or `memlab-rs run`"
+        ) from None
+    return from_document(doc, name)
+
+
+def loads(text: str, name: str = "<string>") -> Any:
+    """``load`` for a JSON string."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name}: not a memlab_rs result (not JSON: {e})") from None
+    return from_document(doc, name)
+
+
+def from_document(doc: Any, name: str = "<document>") -> Any:
+    """The result object of a parsed result document."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(
+            f"{name}: not a memlab_rs result file (no \"format\": \"{FORMAT}\"); results "
+            "are written by save() or `memlab-rs run`"
+        )
+    schema = doc.get("schema")
+    if not isinstance(schema, int) or schema < 1:
+        raise ValueError(f"{name}: a memlab_rs result with a bad schema version {schema!r}")
+    if schema > SCHEMA:
+        from . import __version__
+
+        raise ValueError(
+            f"{name}: written with result schema {schema} by a newer memlab_rs; this is "
+            f"memlab_rs {__version__} (schema {SCHEMA}): pip install -U memlab_rs"
+        )
+    while schema < SCHEMA:
+        migrate = _MIGRATIONS.get(schema)
+        if migrate is None:
+            raise ValueError(
+                f"{name}: result schema {schema} can no longer be read (this memlab_rs reads "
+                f"schema {SCHEMA}); load it with the memlab_rs that wrote it"
+            )
+        doc = migrate(doc)
+        schema = doc["schema"]
+    kind = doc.get("kind")
+    _import_kinds()
+    if kind not in KINDS:
+        known = ", ".join(sorted(KINDS))
+        raise ValueError(f"{name}: unknown result kind {kind!r} (known: {known})")
+    meta, data = doc.get("meta"), doc.get("data")
+    if not isinstance(meta, dict) or not isinstance(data, dict):
+        raise ValueError(f"{name}: a {kind} result without its \"meta\" or \"data\" object")
+    try:
+        return KINDS[kind](data, meta)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(f"{name}: a damaged {kind} result ({type(e).__name__}: {e})") from None
+
+
+def _import_kinds() -> None:
+    """Import the modules whose result classes register kinds."""
+    from . import line_result  # noqa: F401
