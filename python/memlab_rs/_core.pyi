@@ -218,8 +218,6 @@ class TraceAnalysis:
     def untagged_log(self, device: int) -> str: ...
     def timeline(self, device: int, top: int = 8, max_points: int = 2000) -> dict[str, Any]: ...
 
-_SavedBlock = tuple[str, list[tuple[int, str, int, list[int] | None]]]
-
 @final
 class LineReportView:
     """A built line report: text, HTML and records."""
@@ -239,7 +237,9 @@ class LineReportView:
     ) -> LineReportView:
         """A report from plain data: (qualname, lines) blocks, each line (line, code,
         hits, values or None)."""
-    def data(self) -> tuple[list[str], list[_SavedBlock], list[str]]:
+    def data(
+        self,
+    ) -> tuple[list[str], list[tuple[str, list[tuple[int, str, int, list[int] | None]]]], list[str]]:  # noqa: E501
         """(columns, blocks, notices): the inverse of ``from_data``."""
 
 def _cpu_allocated(nbytes: int) -> None: ...
