@@ -124,6 +124,7 @@ def _print_uncaught(error: BaseException) -> None:
     script set one), with the traceback starting in the script, not in this module."""
     tb = error.__traceback__
     tb = tb.tb_next if tb is not None else None
+    error.__traceback__ = tb  # the hook prints the exception's own traceback
     sys.stdout.flush()
     sys.excepthook(type(error), error, tb)
 

@@ -390,9 +390,10 @@ def _diff(args: argparse.Namespace) -> int:
         if grown:
             from ._core import readable_size
 
+            largest = grown[0]
             print(
-                f"memlab-rs diff: {len(grown)} grew by more than "
-                f"{readable_size(args.fail_over)} (largest +{readable_size(grown[0]['change'])})",
+                f"memlab-rs diff: {len(grown)} grew by more than {readable_size(args.fail_over)}; "
+                f"the largest +{readable_size(largest['change'])} at {change.where(largest)}",
                 file=sys.stderr,
             )
             return REGRESSION

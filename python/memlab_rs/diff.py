@@ -92,8 +92,15 @@ class ResultDiff:
         self.totals = totals
 
     def regressions(self, over: int = 0) -> list[dict[str, Any]]:
-        """The rows that grew by more than ``over`` bytes."""
-        return [r for r in self.rows if r["change"] > over]
+        """The rows that grew by more than ``over`` bytes, largest first."""
+        grown = [r for r in self.rows if r["change"] > over]
+        return sorted(grown, key=lambda r: -r["change"])
+
+    def where(self, row: dict[str, Any]) -> str:
+        """One row's place, in words: ``step:8 (active_bytes.all.peak)``, ``extra (cpu)``."""
+        if self.kind == "line_profile":
+            return f"{row['function']}:{row['line']} ({row['column']})"
+        return f"{row['name']} ({row['device']})"
 
     def text(self) -> str:
         """What grew and what shrank, largest first, under the totals."""
