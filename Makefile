@@ -1,7 +1,8 @@
 # make demo: set up .venv, build the extension (release), run the demo.
-# make test: same set-up, then lint, cargo test, and pytest on every CPython 3.9-3.13 found
-#            (noxfile.py; a missing one is skipped with a notice). NOX_ARGS passes options
-#            to nox, e.g. make test NOX_ARGS='-p 3.12 -- tests/test_size.py'.
+# make test: same set-up, then lint, cargo test, the release wheel's check (make wheel), and
+#            pytest on every CPython 3.9-3.13 found (noxfile.py; a missing one is skipped with
+#            a notice). NOX_ARGS passes options to nox's pytest sessions, e.g.
+#            make test NOX_ARGS='-p 3.12 -- tests/test_size.py'.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,7 +10,7 @@ DEPS   := $(VENV)/.deps-installed
 WHEELS := target/wheels
 NOX_ARGS ?=
 
-.PHONY: demo test build lint bench clean
+.PHONY: demo test build wheel lint bench clean
 
 # uv installs: it keeps every wheel unpacked in its cache (~/.cache/uv) and hard-links it here
 # and into the test environments of noxfile.py, so torch's ~5 GB are fetched and unpacked once.
@@ -33,12 +34,19 @@ build: $(DEPS)
 	  $(BIN)/maturin build --release --quiet --zig --compatibility manylinux2014 -o $(WHEELS)
 	$(BIN)/python -m pip install -q --no-deps --force-reinstall $(WHEELS)/memlab_rs-*.whl
 
+# The release wheel and the sdist as users get them (noxfile.py's `wheel` session): auditwheel
+# says manylinux2014; the wheel installs and works in a clean environment without cargo or
+# rustc; the sdist holds the sources and a wheel builds from it.
+wheel: build
+	$(BIN)/nox -s wheel
+
 demo: build
 	$(BIN)/python -m memlab_rs.demo
 
 # One wheel (abi3, built by `build`) is installed into a fresh environment per Python.
 test: build lint
 	cargo test --quiet
+	$(BIN)/nox -s wheel
 	$(BIN)/nox $(NOX_ARGS)
 
 lint: $(DEPS)
