@@ -129,8 +129,8 @@ def tests(session: nox.Session) -> None:
 
 # The release wheel and the sdist: `nox -s wheel` (`make wheel`; `make test` runs it too).
 
-# manylinux2014 is glibc 2.17: CentOS 7 and everything newer, RHEL/Rocky 8 (2.28) and
-# Ubuntu 20.04 (2.31) among them. `make build` makes the wheel (zig links it, see the Makefile).
+# manylinux2014 is glibc 2.17 and newer: RHEL/Rocky 8 (2.28) and Ubuntu 20.04 (2.31) among
+# them. `make build` makes the wheel (zig links it, see the Makefile).
 MAX_GLIBC = (2, 17)
 # Ignored, and on the filesystem of uv's cache, so that torch is hard-linked, not copied.
 CHECKS = ROOT / "target" / "wheel-check"
