@@ -4,4 +4,5 @@
 pub mod estimate;
 pub mod line_report;
 pub mod monitor;
+pub mod tensor_report;
 pub mod trace;
