@@ -158,3 +158,86 @@ def test_memory_report_core_data_round_trips():
     again = _core.ReportTable.from_data(table.data())
     assert again.text(True) == table.text(True)
     assert again.json() == table.json()
+
+
+# -- tracker -------------------------------------------------------------------------------
+
+
+def tracked(tmp_path, detail=True):
+    """Two tracks: the first (with the log's header), then one that sees a 1 MiB tensor
+    and a named 512 KiB parameter appear and the first's 256 KiB tensor vanish."""
+    model = torch.nn.Module()
+    tracker = memlab_rs.MemTracker(
+        detail=detail, path=str(tmp_path) + "/", device="cpu", model=model
+    )
+    gone = torch.zeros(64, 1024)  # 256 KiB
+    first = tracker.track()
+    del gone
+    kept = torch.zeros(256, 1024)  # 1 MiB
+    model.w = torch.nn.Parameter(torch.zeros(128, 1024))  # 512 KiB, named "w"
+    second = tracker.track()
+    log = open(tracker.gpu_profile_fn).read()
+    del kept
+    return first, second, log
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tracker_round_trip(tmp_path, name):
+    first, second, log = tracked(tmp_path)
+    assert log == first.text() + second.text()  # the log is rendered from the records
+    for result in (first, second):
+        loaded = saved_and_loaded(result, tmp_path, name)
+        assert loaded.text() == result.text()
+        assert loaded._repr_html_() == result._repr_html_()
+        assert loaded == result  # every field, rows included
+        assert loaded.device == "cpu"
+
+
+def test_tracker_record_holds_exact_values(tmp_path):
+    first, second, _log = tracked(tmp_path)
+    assert first.stamp is not None and second.stamp is None
+    assert first.text().startswith(f"GPU Memory Track | {first.stamp} | ")
+    rows = {(r.sign, r.shape): r for r in second.rows}
+    assert rows["+", "(256, 1024)"].bytes == 1 << 20
+    assert rows["+", "(128, 1024)"].bytes == 1 << 19
+    assert rows["+", "(128, 1024)"].names == ("w",)
+    assert rows["+", "(128, 1024)"].type == "<class 'torch.nn.parameter.Parameter'>"
+    assert rows["-", "(64, 1024)"].bytes == 1 << 18
+    data = second.to_data()
+    assert data["where"].endswith(": tracked")
+    assert {(r["sign"], r["shape"], r["bytes"]) for r in data["rows"]} >= {
+        ("+", "(256, 1024)", 1 << 20),
+        ("-", "(64, 1024)", 1 << 18),
+    }
+    html = second._repr_html_()
+    assert "<td>1048576</td>" in html.replace('<td style="text-align:right">', "<td>")
+    assert "<td>w</td>" in html
+
+
+def test_tracker_without_detail_round_trips(tmp_path):
+    _first, second, log = tracked(tmp_path, detail=False)
+    assert "| Memory:" not in second.text() and second.text() in log
+    loaded = results.loads(results.dumps(second))
+    assert loaded.text() == second.text() and not loaded.detail
+    assert loaded._repr_html_() == second._repr_html_()
+
+
+def test_damaged_tracker_result_is_refused(tmp_path):
+    _first, second, _log = tracked(tmp_path)
+
+    def bad_sign(data):
+        data["rows"][0]["sign"] = "*"
+
+    def bad_bytes(data):
+        data["rows"][0]["bytes"] = -5
+
+    def no_where(data):
+        del data["where"]
+
+    def bool_count(data):
+        data["rows"][0]["count"] = True
+
+    refused(tmp_path, second, bad_sign, r'tracker row 0: "sign" must be "\+" or "-"')
+    refused(tmp_path, second, bad_bytes, r'tracker row 0: "bytes" must be >= 0, got -5')
+    refused(tmp_path, second, no_where, 'tracker: no "where" field')
+    refused(tmp_path, second, bool_count, 'tracker row 0: "count" must be int, got True')

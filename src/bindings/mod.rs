@@ -6,3 +6,4 @@ pub mod line_report;
 pub mod monitor;
 pub mod tensor_report;
 pub mod trace;
+pub mod tracker;
