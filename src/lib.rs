@@ -33,7 +33,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
     m.add_class::<reporter::ReportTable>()?;
     m.add_class::<tracker::TrackerCore>()?;
-    m.add_function(wrap_pyfunction!(tracker::render_tracker_block, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::tracker::render_tracker_block,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(bindings::tracker::_tracker_html, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<bindings::line_report::LineReportView>()?;

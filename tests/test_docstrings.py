@@ -19,6 +19,7 @@ import pytest
         "memlab_rs.estimate",
         "memlab_rs.results",
         "memlab_rs.line_result",
+        "memlab_rs.tracker",
         "memlab_rs._backward_calls",
     ],
 )

@@ -65,6 +65,7 @@ __all__ = [
     "_set_cpu_tracking",
     "_trace_new_thread",
     "_trace_timeline_html",
+    "_tracker_html",
     "collect_report",
     "driver_available",
     "driver_device_memory",
@@ -132,6 +133,15 @@ def render_tracker_block(
 ) -> str:
     """One track()'s log text in the original's layout (header first when ``stamp``)."""
 
+def _tracker_html(
+    rows: Sequence[dict[str, Any]],
+    place: str,
+    tensor_bytes: int,
+    allocated_bytes: int,
+    incomplete: str | None = ...,
+) -> str:
+    """One track() as an HTML table: every row, the place, the totals, the note."""
+
 @final
 class ReportTable:
     @property
@@ -159,6 +169,9 @@ class ReportTable:
     def json(self) -> str: ...
     def sections(self) -> list[dict[str, Any]]: ...
     def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
+    def data(self) -> dict[str, Any]: ...
+    @staticmethod
+    def from_data(data: dict[str, Any]) -> ReportTable: ...
 
 # line_profiler/
 @final

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any, Union
 
 import torch
 
-from . import _core, _torch
+from . import _core, _torch, results
 
 DeviceLike = Union[torch.device, str, int]
 
@@ -41,18 +42,29 @@ class TensorRow:
 class MemoryReport:
     """The result of ``MemReporter.collect()``: plain data, no reference to any tensor.
 
-    Prints as pytorch_memlab's table, renders as HTML in Jupyter, exports to JSON and pandas.
+    Prints as pytorch_memlab's table, renders as HTML in Jupyter, exports to JSON and pandas,
+    and saves as a ``tensor_report`` result file (``save``; ``memlab_rs.load`` reads it
+    back, rendering exactly the same).
 
-    >>> import torch, memlab_rs
+    >>> import os, tempfile, torch, memlab_rs
     >>> w = torch.zeros(256, 1024)
     >>> report = memlab_rs.MemReporter().collect(device="cpu")
     >>> report.total_bytes("cpu") >= 1 << 20
     True
+    >>> path = os.path.join(tempfile.mkdtemp(), "report.json")
+    >>> report.save(path)
+    >>> memlab_rs.load(path).to_text() == report.to_text()
+    True
     """
 
-    def __init__(self, table: Any, verbose: bool = False):
+    kind = "tensor_report"
+
+    def __init__(self, table: Any, verbose: bool = False, meta: dict[str, Any] | None = None):
         self._table = table
         self.verbose = verbose
+        #: Where and when the report was made (``results.run_meta``); ``device`` is the
+        #: device asked for, None when the report covers every device.
+        self.meta = results.run_meta(None) if meta is None else meta
 
     @property
     def devices(self) -> list[str]:
@@ -116,6 +128,25 @@ class MemoryReport:
     def _repr_html_(self) -> str:
         return self._table.html()
 
+    def to_data(self) -> dict[str, Any]:
+        """The report as JSON values (a saved file's ``data``): ``verbose``, ``sections``
+        (rows, totals, omitted rows, CUDA figures), ``incomplete`` and ``walk``."""
+        return {"verbose": self.verbose, **self._table.data()}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryReport:
+        """The report from a saved file's ``data`` and ``meta``."""
+        verbose = data["verbose"]
+        if not isinstance(verbose, bool):
+            raise ValueError(f'tensor report: "verbose" must be true or false, got {verbose!r}')
+        return cls(_core.ReportTable.from_data(data), verbose=verbose, meta=meta)
+
+
+results.register("tensor_report", MemoryReport.from_data)
 
 _ROW_FIELDS = ("name", "device", "shape", "dtype", "numel", "bytes", "storage_bytes", "shared_with")
 _INT_COLUMNS = ("numel", "bytes", "storage_bytes")
@@ -216,7 +247,9 @@ class MemReporter:
         covering every tensor; ``verbose`` is read as a truth value.
         """
         wanted, top = _view_arguments(device, top)
-        return MemoryReport(self._table().view(wanted, sort_by, top), verbose=bool(verbose))
+        table = self._table().view(wanted, sort_by, top)
+        meta = results.run_meta(wanted[0] if wanted else None)
+        return MemoryReport(table, verbose=bool(verbose), meta=meta)
 
     def report(
         self,

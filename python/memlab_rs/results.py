@@ -47,8 +47,13 @@ SCHEMA = 1
 class Result(Protocol):
     """What every saved result provides: its kind, its meta, and its data as JSON values."""
 
-    kind: str
-    meta: dict[str, Any]
+    @property
+    def kind(self) -> str:
+        """Which tool made it (a key of ``KINDS``)."""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Where and when it was made (``run_meta``)."""
 
     def to_data(self) -> dict[str, Any]:
         """The result as JSON-compatible values (the file's ``data``)."""
@@ -65,6 +70,38 @@ _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 def register(kind: str, from_data: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
     """Make ``load`` rebuild results of ``kind`` with ``from_data(data, meta)``."""
     KINDS[kind] = from_data
+
+
+def expect(data: Any, key: str, types: Any, where: str) -> Any:
+    """``data[key]`` when it is of one of ``types`` (a type or a tuple; ``None`` in it
+    allows null, ``float`` takes an int, ``int`` never takes a bool); else a ValueError
+    naming ``where`` and the field. What a kind's ``from_data`` checks its fields with.
+
+    >>> expect({"bytes": 5}, "bytes", int, "row 0")
+    5
+    >>> expect({"bytes": "5"}, "bytes", int, "row 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: row 0: "bytes" must be int, got '5'
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    if key not in data:
+        raise ValueError(f'{where}: no "{key}" field')
+    value = data[key]
+    wanted = types if isinstance(types, tuple) else (types,)
+    if value is None and None in wanted:
+        return value
+    for t in wanted:
+        if t is None or (isinstance(value, bool) and t is not bool):
+            continue  # a bool is not a number here
+        if isinstance(value, t) or (t is float and isinstance(value, int)):
+            return value
+    names = " or ".join("null" if t is None else t.__name__ for t in wanted)
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise ValueError(f'{where}: "{key}" must be {names}, got {shown}')
 
 
 def rank_info() -> dict[str, int]:
@@ -242,4 +279,4 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
 
 def _import_kinds() -> None:
     """Import the modules whose result classes register kinds."""
-    from . import line_result, merge  # noqa: F401
+    from . import line_result, merge, reporter, tracker  # noqa: F401

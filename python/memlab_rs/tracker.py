@@ -8,16 +8,18 @@ one (``memlab_rs._core.TrackerCore``), so a call costs about what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import gc
+import os
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, ClassVar, Union
 
 import torch
 
-from . import _core, _torch
+from . import _core, _torch, results
 
 DeviceLike = Union[torch.device, str, int]
 
@@ -42,7 +44,24 @@ class TrackRow:
 
 @dataclass(frozen=True)
 class TrackResult:
-    """What one ``track()`` found: the diff rows and the totals, plain data."""
+    """What one ``track()`` found: the diff rows and the totals, plain data.
+
+    ``text()`` is the block ``track()`` appended to the log (rendered from this record),
+    ``_repr_html_()`` a table for Jupyter; ``save(path)`` writes a ``tracker`` result file
+    that ``memlab_rs.load`` reads back, rendering the same.
+
+    >>> import os, tempfile, torch, memlab_rs
+    >>> tracker = memlab_rs.MemTracker(path=tempfile.mkdtemp() + "/", device="cpu")
+    >>> _ = tracker.track()
+    >>> x = torch.zeros(256, 1024)
+    >>> result = tracker.track()
+    >>> path = os.path.join(tempfile.mkdtemp(), "track.json")
+    >>> result.save(path)
+    >>> memlab_rs.load(path).text() == result.text()
+    True
+    """
+
+    kind: ClassVar[str] = "tracker"
 
     rows: list[TrackRow]
     #: Bytes of every storage on the device, each once.
@@ -58,6 +77,123 @@ class TrackResult:
     #: Why the result may miss tensors, or None.
     incomplete: str | None
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Whether the log lists the rows (the tracker's ``detail``).
+    detail: bool = True
+    #: The log's header time stamp, on the first ``track()`` only (its block starts with
+    #: the header line).
+    stamp: str | None = None
+    #: Where and when it was made (``results.run_meta``: device, rank, versions, time).
+    meta: dict[str, Any] = field(default_factory=lambda: results.run_meta(None), compare=False)
+
+    @property
+    def device(self) -> str | None:
+        """The device tracked (``"cuda:0"``, ``"cpu"``)."""
+        return self.meta.get("device")
+
+    def _row_dicts(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "sign": r.sign,
+                "count": r.count,
+                "shape": r.shape,
+                "dtype": r.dtype,
+                "bytes": r.bytes,
+                "type": r.type,
+                "names": list(r.names),
+            }
+            for r in self.rows
+        ]
+
+    def text(self) -> str:
+        """The log block of this ``track()``, as written to the log file (the header line
+        first on the first call, the note when the result may be incomplete)."""
+        text = _core.render_tracker_block(
+            self._row_dicts(),
+            self.detail,
+            self.where,
+            self.total_bytes,
+            self.allocated_bytes,
+            self.stamp,
+        )
+        if self.incomplete:
+            text += f"Note: {self.incomplete}\n\n"
+        return text
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return _core._tracker_html(
+            self._row_dicts(),
+            self.where,
+            self.total_bytes,
+            self.allocated_bytes,
+            self.incomplete,
+        )
+
+    def to_data(self) -> dict[str, Any]:
+        """The result as JSON values (a saved file's ``data``)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del data["meta"]
+        data["rows"] = [{**row, "line": r.line} for row, r in zip(self._row_dicts(), self.rows)]
+        data["seconds"] = dict(self.seconds)
+        return data
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TrackResult:
+        """The result from a saved file's ``data`` and ``meta``."""
+        expect = results.expect
+        rows = []
+        for i, r in enumerate(expect(data, "rows", list, "tracker")):
+            at = f"tracker row {i}"
+            sign = expect(r, "sign", str, at)
+            if sign not in ("+", "-"):
+                raise ValueError(f'{at}: "sign" must be "+" or "-", got {sign!r}')
+            names = expect(r, "names", list, at)
+            if not all(isinstance(n, str) for n in names):
+                raise ValueError(f'{at}: "names" must be a list of strings')
+            rows.append(
+                TrackRow(
+                    sign=sign,
+                    count=_count(expect(r, "count", int, at), "count", at),
+                    shape=expect(r, "shape", str, at),
+                    dtype=expect(r, "dtype", str, at),
+                    bytes=_count(expect(r, "bytes", int, at), "bytes", at),
+                    type=expect(r, "type", str, at),
+                    names=tuple(names),
+                    line=expect(r, "line", str, at),
+                )
+            )
+        seconds = expect(data, "seconds", dict, "tracker")
+        return cls(
+            rows=rows,
+            total_bytes=_count(expect(data, "total_bytes", int, "tracker"), "total_bytes"),
+            allocated_bytes=_count(
+                expect(data, "allocated_bytes", int, "tracker"), "allocated_bytes"
+            ),
+            tensors=_count(expect(data, "tensors", int, "tracker"), "tensors"),
+            where=expect(data, "where", str, "tracker"),
+            strategy=expect(data, "strategy", str, "tracker"),
+            incomplete=expect(data, "incomplete", (str, None), "tracker"),
+            seconds={str(k): float(v) for k, v in seconds.items()},
+            detail=expect(data, "detail", bool, "tracker"),
+            stamp=expect(data, "stamp", (str, None), "tracker"),
+            meta=meta,
+        )
+
+
+def _count(value: int, key: str, where: str = "tracker") -> int:
+    """A byte or tensor count: never negative (the renderers take unsigned numbers)."""
+    if value < 0:
+        raise ValueError(f'{where}: "{key}" must be >= 0, got {value}')
+    return value
+
+
+results.register("tracker", TrackResult.from_data)
 
 
 def _parse_device(device: DeviceLike) -> str:
@@ -146,13 +282,6 @@ class MemTracker:
         if self.begin:
             stamp = f"{datetime.datetime.now():%d-%b-%y-%H:%M:%S}"
             self.begin = False
-        text = _core.render_tracker_block(
-            found["rows"], self.print_detail, where, found["total_bytes"], allocated, stamp
-        )
-        if found["incomplete"]:
-            text += f"Note: {found['incomplete']}\n\n"
-        with open(self.gpu_profile_fn, "a+") as f:
-            f.write(text)
         rows = [
             TrackRow(
                 sign=r["sign"],
@@ -166,7 +295,7 @@ class MemTracker:
             )
             for r in found["rows"]
         ]
-        return TrackResult(
+        result = TrackResult(
             rows=rows,
             total_bytes=found["total_bytes"],
             allocated_bytes=allocated,
@@ -175,7 +304,14 @@ class MemTracker:
             strategy=found["strategy"],
             incomplete=found["incomplete"],
             seconds={"walk": found["walk_s"], "facts": found["facts_s"]},
+            detail=self.print_detail,
+            stamp=stamp,
+            meta=results.run_meta(self.device),
         )
+        # The log block is rendered from the record, as a loaded result renders it.
+        with open(self.gpu_profile_fn, "a+") as f:
+            f.write(result.text())
+        return result
 
     def clear_cache(self) -> None:
         """``gc.collect()``, then ``torch.cuda.empty_cache()`` when CUDA is in use."""

@@ -4,4 +4,6 @@
 pub mod estimate;
 pub mod line_report;
 pub mod monitor;
+pub mod tensor_report;
 pub mod trace;
+pub mod tracker;

@@ -51,6 +51,18 @@ impl Strategy {
             Strategy::GetObjects => "gc.get_objects()",
         }
     }
+
+    /// The strategy `name` names (a saved report's), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Strategy::Visitor,
+            Strategy::GenerationLists,
+            Strategy::SinceLastWalk,
+            Strategy::GetObjects,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
+    }
 }
 
 /// What the Python functions return: the objects, the strategy's name, why it may be
@@ -299,4 +311,22 @@ fn walk_for<'py>(
     let held: Vec<*mut ffi::PyObject> = held.iter().map(|o| o.as_ptr()).collect();
     let walk = instances(py, &held, base.as_type_ptr(), resume)?;
     Ok((walk.objects, walk.strategy.name(), walk.incomplete))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Strategy;
+
+    #[test]
+    fn strategies_are_found_by_their_saved_names() {
+        for s in [
+            Strategy::Visitor,
+            Strategy::GenerationLists,
+            Strategy::SinceLastWalk,
+            Strategy::GetObjects,
+        ] {
+            assert_eq!(Strategy::from_name(s.name()), Some(s));
+        }
+        assert_eq!(Strategy::from_name("telepathy"), None);
+    }
 }

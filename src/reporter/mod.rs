@@ -10,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::bindings;
 use crate::gc_walk;
 use crate::render;
 use crate::stats::driver;
@@ -123,6 +124,19 @@ impl ReportTable {
             sections,
             stats: self.stats.clone(),
         })
+    }
+
+    /// The table as plain data (a saved `tensor_report` result's `data`): `sections` with
+    /// their rows, CUDA figures and omitted rows, `incomplete`, and `walk` (how it was found).
+    fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        bindings::tensor_report::to_data(py, &self.sections, &self.stats)
+    }
+
+    /// The table `data()` returned, rebuilt: it renders exactly as the original.
+    #[staticmethod]
+    fn from_data(data: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let (sections, stats) = bindings::tensor_report::from_data(data)?;
+        Ok(Self { sections, stats })
     }
 
     /// How the gc walk found the objects: the collector's lists (whole, or since the last

@@ -1,3 +1,4 @@
-//! The tensor diff tracker's log block.
+//! The tensor diff tracker: the original's log text, and HTML.
 
+pub mod html;
 pub mod text;
