@@ -454,3 +454,81 @@ def test_merge_line_profiles_of_two_ranks(workdir: Path):
     assert int(line[f"{column}.rank1"]) == 4 * MiB
     shown = cli("show", "merged.json", "--columns", column, cwd=workdir)
     assert shown.stdout == merged.text(columns=[column])
+
+
+REPORT_SCRIPT = """\
+import sys
+import torch
+
+model = torch.nn.Linear(256, 256)
+cache = torch.zeros(int(sys.argv[1]), 1024)
+"""
+
+
+def test_report_show_and_diff_tensor_reports(tmp_path: Path):
+    """--report names the script's globals; show renders the saved report; diff says
+    which tensor grew, by exactly how much, and gates on it."""
+    (tmp_path / "hold.py").write_text(REPORT_SCRIPT)
+    for n, name in ((256, "a.json"), (512, "b.json")):
+        proc = cli("run", "--report", "-o", name, "hold.py", str(n), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert f"tensor report saved to {name[0]}.tensor_report.json" in proc.stderr
+    report = memlab_rs.load(tmp_path / "a.tensor_report.json")
+    rows = {r.name: r for r in report.rows}
+    assert rows["model.weight"].bytes == 256 * 256 * 4 and rows["model.bias"].bytes == 1024
+    assert (rows["cache"].bytes, rows["cache"].shape) == (MiB, (256, 1024))
+    shown = cli("show", "a.tensor_report.json", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout) == (0, report.to_text())
+    html = cli("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
+    assert html.stdout == report._repr_html_() + "\n"
+    document = json.loads(
+        cli("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
+    )
+    assert document["kind"] == "tensor_report"
+    line = one_line_error(
+        cli("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
+    )
+    assert "a tensor_report has no CSV form" in line
+    line = one_line_error(
+        cli("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
+    )
+    assert "--columns and --func apply to line profiles" in line
+
+    proc = cli("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "# tensor report diff: a.tensor_report.json -> b.tensor_report.json"
+    total = 256 * 256 * 4 + 1024 + MiB
+    assert lines[2] == (
+        f"## cpu: {memlab_rs.readable_size(total)} -> {memlab_rs.readable_size(total + MiB)} "
+        "(+1.00M)"
+    )
+    assert lines[3:] == [
+        "grew:",
+        "      +1.00M  cache  (512, 1024) torch.float32  (1.00M -> 2.00M)",
+    ]
+    data = json.loads(
+        cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--format", "json",
+            cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert data["rows"] == [
+        {
+            "name": "cache",
+            "device": "cpu",
+            "shape": "(512, 1024)",
+            "dtype": "torch.float32",
+            "a": MiB,
+            "b": 2 * MiB,
+            "change": MiB,
+        }
+    ]
+    gate = cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--fail-over", "512K",
+               cwd=tmp_path)  # fmt: skip
+    assert gate.returncode == 1
+    assert (
+        gate.stderr
+        == "memlab-rs diff: 1 grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
+    )
+    memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
+    line = one_line_error(cli("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff")
+    assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line

@@ -21,6 +21,12 @@ import pytest
         "memlab_rs.line_result",
         "memlab_rs.tracker",
         "memlab_rs._backward_calls",
+        "memlab_rs.merge",
+        "memlab_rs.diff",
+        "memlab_rs.cli",
+        "memlab_rs._line_targets",
+        "memlab_rs._runner",
+        "memlab_rs._profiled_run",
     ],
 )
 def test_docstring_examples(module):

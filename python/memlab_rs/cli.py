@@ -371,11 +371,9 @@ def _diff(args: argparse.Namespace) -> int:
     from .line_result import DEFAULT_COLUMNS
 
     columns = _columns(args)
-    a, b = _load(args.a), _load(args.b)
-    if getattr(a, "kind", "") != "line_profile" and columns != "default":
-        raise CliError(f"--columns applies to line profiles; {args.a} is a {a.kind}")
-    change = diff_results(a, b, DEFAULT_COLUMNS if columns == "default" else columns)
-    change.names = [args.a, args.b]
+    change = diff_results(args.a, args.b, DEFAULT_COLUMNS if columns == "default" else columns)
+    if change.kind != "line_profile" and columns != "default":
+        raise CliError(f"--columns applies to line profiles; {args.a} is a {change.kind}")
     if args.format == "json":
         import json
 

@@ -9,11 +9,11 @@ JSON. ``regressions(over)`` lists what grew by more than ``over`` bytes, the che
 
 >>> import torch, memlab_rs
 >>> def f(n):
-...     return torch.zeros(n, 1024)
+...     x = torch.zeros(n, 1024)
 >>> runs = []
 >>> for n in (256, 512):
 ...     with memlab_rs.LineProfiler(f, device="cpu") as profiler:
-...         _ = f(n)
+...         f(n)
 ...     runs.append(profiler.result())
 >>> change = diff_results(*runs, columns=["active_bytes.all.peak"])
 >>> [(r["line"], r["a"], r["b"], r["change"]) for r in change.rows]
@@ -42,6 +42,13 @@ def diff_results(a: Any, b: Any, columns: Sequence[str] | None = DEFAULT_COLUMNS
     both have by default, None for every column both have) or two tensor reports.
 
     A line or tensor found in one result only counts as 0 in the other.
+
+    >>> import torch, memlab_rs
+    >>> before = memlab_rs.MemReporter().collect(device="cpu")
+    >>> kept = torch.zeros(512, 1024)
+    >>> after = memlab_rs.MemReporter().collect(device="cpu")
+    >>> [(r["a"], r["b"]) for r in diff_results(before, after).rows if r["b"] == 2 << 20]
+    [(0, 2097152)]
     """
     names = []
     loaded = []
@@ -69,7 +76,14 @@ def diff_results(a: Any, b: Any, columns: Sequence[str] | None = DEFAULT_COLUMNS
 
 class ResultDiff:
     """The changes between two results: ``rows``, one dict per thing that changed, and
-    ``totals``, one dict per column (line profiles) or device (tensor reports)."""
+    ``totals``, one dict per column (line profiles) or device (tensor reports).
+
+    >>> import memlab_rs
+    >>> empty = memlab_rs.LineProfiler(device="cpu").result()
+    >>> same = diff_results(empty, empty)
+    >>> same.rows, same.totals[0]["column"], same.totals[0]["grew"]
+    ([], 'active_bytes.all.peak', 0)
+    """
 
     def __init__(
         self,

@@ -11,16 +11,16 @@ so gathering never allocates on the GPU being profiled.
 
 >>> import torch, memlab_rs
 >>> def f(n):
-...     return torch.zeros(n, 1024)
+...     x = torch.zeros(n, 1024)
 >>> profiles = []
 >>> for n in (256, 512):                  # two "ranks": the second allocates twice as much
 ...     with memlab_rs.LineProfiler(f, device="cpu") as profiler:
-...         _ = f(n)
+...         f(n)
 ...     profiles.append(profiler.result())
 >>> merged = merge_results(profiles, ranks=[0, 1])
 >>> row = merged.records(columns=["active_bytes.all.peak"])[1]
 >>> row["code"], row["active_bytes.all.peak.rank0"], row["active_bytes.all.peak.rank1"]
-('    return torch.zeros(n, 1024)', 1048576, 2097152)
+('    x = torch.zeros(n, 1024)', 1048576, 2097152)
 >>> row["active_bytes.all.peak.max_rank"]
 1
 """
@@ -54,6 +54,16 @@ def merge_results(
     Each result's rank is read from its ``meta`` (``rank``, ``world_size``), as every tool
     records it; pass ``ranks`` to number them yourself. Two results of the same rank, of
     different kinds, or from jobs of different sizes are a ValueError naming them.
+
+    >>> import torch, memlab_rs
+    >>> held = [torch.zeros(256, 1024)]              # "rank 0" holds 1 MiB
+    >>> a = memlab_rs.MemReporter().collect(device="cpu")
+    >>> held.append(torch.zeros(256, 1024))          # "rank 1" holds 1 MiB more
+    >>> b = memlab_rs.MemReporter().collect(device="cpu")
+    >>> merged = merge_results([a, b], ranks=[0, 1])
+    >>> total = merged.totals["cpu"]
+    >>> total[1] - total[0]
+    1048576
     """
     loaded, names = [], []
     for item in items:
@@ -96,6 +106,12 @@ def gather_results(result: Any, dst: int = 0, group: Any = None) -> Any:
     Every rank must call it, as any collective. ``group`` is a gloo process group; None
     makes one over all ranks (``torch.distributed.new_group(backend="gloo")``, itself a
     collective) when the default group is not gloo already.
+
+    >>> import memlab_rs
+    >>> gather_results(memlab_rs.LineProfiler().result())   # not in a process group
+    Traceback (most recent call last):
+    ...
+    RuntimeError: gather_results needs torch.distributed initialised (init_process_group); ...
     """
     import torch.distributed as dist
 
@@ -148,6 +164,11 @@ class MergedLineProfile:
     ``records()`` gives, per source line, each column's ``min``, ``median``, ``max``,
     ``max_rank`` and per-rank value (``<column>.rank<R>``); the text and HTML show min,
     median, max and the rank holding the max where the ranks differ.
+
+    >>> import memlab_rs
+    >>> empty = memlab_rs.LineProfiler(device="cpu").result()
+    >>> merge_results([empty, empty], ranks=[0, 1]).text().splitlines()[0]
+    '# merged line profile: ranks 0, 1 of 2'
     """
 
     kind = "merged_line_profile"
@@ -185,7 +206,8 @@ class MergedLineProfile:
             for block in profile.blocks:
                 name = block["qualname"]
                 functions.setdefault(name, {"qualname": name, "filename": block["filename"]})
-                for ln, code, hits, values in block["lines"]:
+                for ln, source, hits, values in block["lines"]:
+                    code = source.rstrip("\r\n")
                     key = (name, ln, code)
                     if key not in lines:
                         lines[key] = [ln, code, [None] * n, [None] * n]
@@ -359,6 +381,11 @@ class MergedTensorReport:
 
     Rows are ordered by spread (max - min, the imbalance) then by size: the tensors only
     some ranks hold come first.
+
+    >>> import torch, memlab_rs
+    >>> report = memlab_rs.MemReporter().collect(device="cpu")
+    >>> merge_results([report, report], ranks=[0, 1]).kind
+    'merged_tensor_report'
     """
 
     kind = "merged_tensor_report"
