@@ -57,8 +57,18 @@ if __name__ == "__main__":
 """
 
 
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 180):
-    """Run the installed console script; the completed process."""
+def cli(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+    device: str | None = "cpu",
+):
+    """Run the installed console script; the completed process. `run` reads ``device``
+    (the CPU by default: the tests measure CPU tensors, and on a GPU machine the default
+    would be the GPU; None leaves the default)."""
+    if args[:1] == ("run",) and device is not None:
+        args = ("run", "--device", device, *args[1:])
     return subprocess.run(
         [str(MEMLAB_RS), *args],
         cwd=cwd,
@@ -532,3 +542,38 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
     memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
     line = one_line_error(cli("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff")
     assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line
+
+
+CUDA_SCRIPT = """\
+import os
+import torch
+
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@profile
+def step():
+    x = torch.zeros(256, 1024, device="cuda")
+    return x
+
+
+step()
+"""
+
+
+@pytest.mark.cuda
+def test_run_profiles_this_rank_gpu_by_default(tmp_path: Path):
+    """Without --device, each rank reads its own GPU: LOCAL_RANK's, as torchrun sets it,
+    even though @profile made the profiler before the script chose its device."""
+    import torch
+
+    (tmp_path / "gpu.py").write_text(CUDA_SCRIPT)
+    last = torch.cuda.device_count() - 1
+    env = {"RANK": str(last), "LOCAL_RANK": str(last), "WORLD_SIZE": str(last + 1)}
+    proc = cli("run", "-o", "gpu.json", "gpu.py", cwd=tmp_path, env=env, device=None)
+    assert proc.returncode == 0, proc.stderr
+    saved_name = "gpu.json" if last == 0 else f"gpu.rank{last}.json"
+    result = memlab_rs.load(tmp_path / saved_name)
+    assert result.meta["device"] == f"cuda:{last}"
+    (line,) = [r for r in result.records() if "torch.zeros" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == MiB

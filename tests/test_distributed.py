@@ -68,7 +68,8 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "ddp.py").write_text(DDP_SCRIPT)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "--no-python", str(MEMLAB_RS), "run", "--line", "train_step", "--report", "ddp.py",
+        "--no-python", str(MEMLAB_RS), "run", "--device", "cpu", "--line", "train_step", "--report",
+        "ddp.py",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
@@ -180,7 +181,22 @@ def test_merge_tensor_reports_puts_the_imbalance_first(ddp_run: Path):
 def test_gather_results_over_gloo_merges_on_rank_0(ddp_run: Path):
     gathered = memlab_rs.load(ddp_run / "gathered.json")
     assert gathered.kind == "merged_tensor_report" and gathered.ranks == [0, 1]
-    rows = {r["name"]: r for r in gathered.records()}
+    records = gathered.records()
+    rows = {r["name"]: r for r in records}
     assert rows["module.wpe.weight"]["rank0"] == rows["module.wpe.weight"]["rank1"] == 2048
+    # rank 1's `extra` is unnamed here (the reporter knows only the model): matched by
+    # shape and dtype, not by the number the reporter gave it, and first as the imbalance
+    first = records[0]
+    assert (first["name"], first["shape"], first["rank0"], first["rank1"], first["max_rank"]) == (
+        "(unnamed)",
+        "(1024, 1024)",
+        0,
+        4 * MiB,
+        1,
+    )
+    # the optimizer's state, unnamed too, is the same on both ranks: exp_avg and
+    # exp_avg_sq of the two blocks' (128, 32) weights
+    (state,) = [r for r in records if r["shape"] == "(128, 32)" and r["name"] == "(unnamed)"]
+    assert state["rank0"] == state["rank1"] == 4 * 128 * 32 * 4
     (total,) = gathered.totals.values()
-    assert total[1] - total[0] == 4 * MiB  # rank 1's `extra`, unnamed here
+    assert total[1] - total[0] == 4 * MiB

@@ -133,7 +133,8 @@ def _tensor_report(namespace: dict[str, Any], device: str | None) -> Any:
                 optimizers.append(value)
         except (KeyError, TypeError):  # a name nn.Module keeps for itself ("training")
             continue
-    reporter = MemReporter(holder)
+    # pre_collect: garbage in reference cycles is not what the script holds
+    reporter = MemReporter(holder, pre_collect=True)
     for optimizer in optimizers:
         reporter.add_optimizer(optimizer)
     return reporter.collect(device=device)

@@ -269,7 +269,7 @@ def _tensor_diff(a: Any, b: Any, names: list[str]) -> ResultDiff:
             assert shown is not None
             changed.append(
                 {
-                    "name": key[0],
+                    "name": shown["name"],
                     "device": key[1],
                     "shape": shown["shape"],
                     "dtype": shown["dtype"],
@@ -292,14 +292,23 @@ def _tensor_diff(a: Any, b: Any, names: list[str]) -> ResultDiff:
     return ResultDiff("tensor_report", names, _ordered(changed), totals)
 
 
-def _tensors(report: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+def _tensors(report: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rows by name and device; tensors nothing names by device, shape and dtype (their
+    numbered names depend on the order they were found in). Rows of one key add up."""
+    from .merge import tensor_key
+
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in report.rows:
-        key = (row.name, row.device)
-        if key in found:  # two tensors of one name: their bytes together
+        name, key = tensor_key(row.name, row.device, row.shape, row.dtype)
+        if key in found:
             found[key]["bytes"] += int(row.bytes)
         else:
-            found[key] = {"bytes": int(row.bytes), "shape": str(row.shape), "dtype": row.dtype}
+            found[key] = {
+                "name": name,
+                "bytes": int(row.bytes),
+                "shape": str(row.shape),
+                "dtype": row.dtype,
+            }
     return found
 
 

@@ -32,6 +32,7 @@ import datetime
 import html
 import io
 import os
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -411,16 +412,16 @@ class MergedTensorReport:
         cls, reports: list[Any], ranks: list[int], world: int, meta: dict
     ) -> MergedTensorReport:
         n = len(reports)
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         totals: dict[str, list[int]] = {}
         for i, report in enumerate(reports):
             for row in report.rows:
                 kind = _device_type(row.device)
-                key = (row.name, kind)
+                shape = list(row.shape) if isinstance(row.shape, tuple) else row.shape
+                name, key = tensor_key(row.name, kind, row.shape, row.dtype)
                 if key not in rows:
-                    shape = list(row.shape) if isinstance(row.shape, tuple) else row.shape
                     rows[key] = {
-                        "name": row.name,
+                        "name": name,
                         "device": kind,
                         "shape": shape,
                         "dtype": row.dtype,
@@ -527,6 +528,33 @@ class MergedTensorReport:
             )
         totals = {str(k): [int(b) for b in v] for k, v in data["totals"].items()}
         return cls(ranks, int(data["world_size"]), rows, totals, meta)
+
+
+# The reporter calls a tensor nothing names after its type and the order it was found in
+# (Tensor0, Parameter3): numbers that differ between ranks and runs.
+_UNNAMED = re.compile(r"(?:\w*Tensor|Parameter|Buffer)\d+(?:\.grad)?")
+UNNAMED = "(unnamed)"
+
+
+def tensor_key(name: str, device: str, shape: Any, dtype: str) -> tuple[str, tuple[Any, ...]]:
+    """(the name shown, the key rows are matched by) of a tensor report's row: its name
+    and device, or for a tensor nothing names, ``(unnamed)`` with its device, shape and
+    dtype, so that unnamed tensors are matched by what they are, not by the order the
+    reporter found them in.
+
+    >>> tensor_key("model.fc.weight", "cpu", (4, 4), "torch.float32")
+    ('model.fc.weight', ('model.fc.weight', 'cpu'))
+    >>> tensor_key("Tensor7", "cpu", (4, 4), "torch.float32")
+    ('(unnamed)', ('(unnamed)', 'cpu', '(4, 4)', 'torch.float32'))
+    """
+    if _UNNAMED.fullmatch(name):
+        return UNNAMED, (
+            UNNAMED,
+            device,
+            str(tuple(shape) if isinstance(shape, list) else shape),
+            dtype,
+        )
+    return name, (name, device)
 
 
 def _ranks(loaded: list[Any], names: list[str], given: Sequence[int] | None) -> list[int]:
