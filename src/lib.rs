@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The one source of the version: Cargo.toml (pyproject.toml takes it from there too).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(size::readable_size, m)?)?;
+    m.add_function(wrap_pyfunction!(size::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;

@@ -68,6 +68,7 @@ __all__ = [
     "collect_report",
     "driver_available",
     "driver_device_memory",
+    "parse_size",
     "readable_size",
     "render_tracker_block",
     "tracked_tensors",
@@ -83,6 +84,10 @@ __version__: str
 _CPU_PROBE_BYTES: int
 
 # size.rs
+def parse_size(size: str | int) -> int:
+    """The bytes of a size written as ``"512 MB"``, ``"1.5GiB"`` or ``"1048576"`` (bytes),
+    exactly; an int of bytes is taken as is. ValueError for a malformed size."""
+
 def readable_size(num_bytes: Any) -> str:
     """pytorch_memlab's size string: ``readable_size(4194304) == '4.00M'``."""
 
