@@ -93,6 +93,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_html, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_text,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_limit_text,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_top_table,
+        m
+    )?)?;
     line_profiler::register(m)?;
     Ok(())
 }

@@ -79,6 +79,9 @@ __all__ = [
     "_monitor_html",
     "_monitor_iteration",
     "_monitor_text",
+    "_test_memory_limit_text",
+    "_test_memory_text",
+    "_test_memory_top_table",
 ]
 __version__: str
 _CPU_PROBE_BYTES: int
@@ -441,3 +444,18 @@ def _monitor_csv_row(
 def _monitor_html(
     title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]
 ) -> str: ...
+
+# (device, peak bytes, bytes at the call's start, limit bytes or None,
+#  rows as (location, bytes, count), notices)
+_Measurement = tuple[str, int, int, int | None, list[tuple[str, int, int]], list[str]]
+
+def _test_memory_text(nodeid: str, outcome: str, measurements: Sequence[_Measurement]) -> str:
+    """A test's memory result as text: node id, outcome, each device measured."""
+
+def _test_memory_limit_text(m: _Measurement, marker: str, top: int) -> str:
+    """The failure message of a test over its limit, with the top rows at the peak."""
+
+def _test_memory_top_table(
+    device: str, peaks: Sequence[tuple[str, int, int | None, str]], measured: int
+) -> str:
+    """The session's table of one device's highest peaks."""

@@ -4,4 +4,5 @@
 pub mod estimate;
 pub mod line_report;
 pub mod monitor;
+pub mod test_memory;
 pub mod trace;
