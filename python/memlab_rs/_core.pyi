@@ -445,14 +445,22 @@ def _monitor_html(
     title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]
 ) -> str: ...
 
-# (device, peak bytes, bytes at the call's start, limit bytes or None,
-#  rows as (location, bytes, count), notices)
-_Measurement = tuple[str, int, int, int | None, list[tuple[str, int, int]], list[str]]
-
-def _test_memory_text(nodeid: str, outcome: str, measurements: Sequence[_Measurement]) -> str:
+# A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
+# rows as (location, bytes, count), notices).
+def _test_memory_text(
+    nodeid: str,
+    outcome: str,
+    measurements: Sequence[
+        tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]]
+    ],
+) -> str:
     """A test's memory result as text: node id, outcome, each device measured."""
 
-def _test_memory_limit_text(m: _Measurement, marker: str, top: int) -> str:
+def _test_memory_limit_text(
+    m: tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]],
+    marker: str,
+    top: int,
+) -> str:
     """The failure message of a test over its limit, with the top rows at the peak."""
 
 def _test_memory_top_table(

@@ -197,7 +197,8 @@ class MemlabPlugin:
             )
 
     # -- the call ------------------------------------------------------------------------
-    @pytest.hookimpl(wrapper=True)
+    # trylast: the innermost wrapper, so that only the test function runs inside the window
+    @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: Any) -> Any:
         limits = self.limits.get(item.nodeid, [])
         if not limits and not self.every:
@@ -337,6 +338,12 @@ class _Call:
 
     def stop(self) -> list[dict[str, Any]]:
         """The measurements, one per device that had memory or a limit (the CPU always)."""
+        try:
+            return self._measurements()
+        finally:
+            self.own.clear()  # a source of this call alone stops here (the CPU hook comes out)
+
+    def _measurements(self) -> list[dict[str, Any]]:
         ends = {device: source.read() for device, source in self.sources.items()}
         traces = {}
         for device, tracer in self.tracers.items():
@@ -361,8 +368,8 @@ class _Call:
                     "profiler it ran): the peak is the one since that reset"
                 )
             rows: list[dict[str, Any]] = []
-            if device in traces:
-                trace = traces[device]
+            trace = traces.get(device)
+            if trace is not None and device in trace.devices:  # else: nothing allocated
                 rows = [
                     {"location": self._relative(r.location), "bytes": r.bytes, "count": r.count}
                     for r in trace.rows(device)
@@ -379,7 +386,6 @@ class _Call:
                     "notices": notices,
                 }
             )
-        self.own.clear()  # a source of this call alone stops here (the CPU hook comes out)
         return measurements
 
     def _relative(self, location: str) -> str:

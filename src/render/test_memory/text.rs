@@ -24,7 +24,8 @@ pub fn thousands(n: i64) -> String {
 
 /// `1,048,576 bytes (1.0 MiB)`.
 pub fn bytes(n: i64) -> String {
-    format!("{} bytes ({})", thousands(n), human_bytes(n as i128))
+    let unit = if n == 1 { "byte" } else { "bytes" };
+    format!("{} {unit} ({})", thousands(n), human_bytes(n as i128))
 }
 
 /// What the memory is: "CPU tensors" or "cuda:0".
