@@ -434,6 +434,78 @@ def test_saved_outcomes(pytester):
     }
 
 
+def test_saved_where_asked_when_a_test_changes_directory(pytester):
+    pytester.makepyfile(
+        test_chdir="""
+        import torch
+
+        def test_moves(monkeypatch, tmp_path):
+            monkeypatch.chdir(tmp_path)
+            x = torch.empty(256, 1024)
+        """
+    )
+    run(pytester, "--memlab-save", "saved").assert_outcomes(passed=1)
+    loaded = memlab_rs.load(pytester.path / "saved" / "test_chdir.py_test_moves.json")
+    assert loaded.peak_bytes("cpu") == MIB
+
+
+def test_limit_checked_without_rows_when_a_cpu_trace_runs_already(pytester):
+    """One CPU trace at a time: a fixture's trace leaves the plugin its counters, not rows."""
+    pytester.makepyfile(
+        test_traced="""
+        import pytest
+        import torch
+        from memlab_rs import trace
+
+        @pytest.fixture
+        def tracing():
+            with trace.Tracer(device="cpu") as tracer:
+                yield tracer
+
+        @pytest.mark.limit_memory("512 KiB")
+        def test_over(tracing):
+            x = torch.empty(256, 1024)
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "memlab_rs: CPU tensors peaked at 1,048,576 bytes (1.0 MiB) during the test's call*",
+            "  peak = the highest allocated bytes during the call minus the * allocated when "
+            "it began",
+            "  note: no lines at the peak: a CPU trace is already running*",
+        ]
+    )
+
+
+def test_a_peak_reset_by_the_test_is_reported(pytester):
+    """A test that resets the allocator's peak (here a monitor's reader of the CPU source)
+    after freeing what was there before: the peak is the one since, and the result says so."""
+    pytester.makepyfile(
+        test_reset="""
+        import torch
+        from memlab_rs import _core
+
+        HELD = [torch.empty(1_000_000)]  # 4,000,000 bytes before the call
+
+        def test_frees_then_resets():
+            x = torch.empty(256, 1024)
+            del x
+            HELD.clear()
+            _core.MonitorSource("cpu").read()  # reads, then resets the shared peak
+        """
+    )
+    run(pytester, "--memlab-save", "saved").assert_outcomes(passed=1)
+    loaded = memlab_rs.load(pytester.path / "saved" / "test_reset.py_test_frees_then_resets.json")
+    m = loaded.measurement("cpu")
+    assert m["peak_bytes"] == 0 and m["start_bytes"] >= 4_000_000
+    assert m["notices"] == [
+        "the allocator's peak was reset during the call (by the test, or a profiler it ran): "
+        "the peak is the one since that reset"
+    ]
+
+
 # -- pieces ------------------------------------------------------------------------------
 
 

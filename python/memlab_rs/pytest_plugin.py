@@ -172,8 +172,10 @@ class MemlabPlugin:
         self._sources: dict[str, Any] | None = None
         self._saved = 0
         self._root = str(config.rootpath) + os.sep
-        if self.save_dir is not None:
-            os.makedirs(self.save_dir, exist_ok=True)
+        # Absolute now: a test may change the working directory (monkeypatch.chdir).
+        self._save_path = None if self.save_dir is None else os.path.abspath(self.save_dir)
+        if self._save_path is not None:
+            os.makedirs(self._save_path, exist_ok=True)
 
     # -- collection ----------------------------------------------------------------------
     def check_limits(self, items: list[Any]) -> None:
@@ -227,11 +229,11 @@ class MemlabPlugin:
             return
         outcome = _outcome(report)
         self.records.append((report.nodeid, outcome, measurements))
-        if self.save_dir is not None:
+        if self._save_path is not None:
             devices = [m["device"] for m in measurements if m["limit_bytes"] is not None]
             meta = results.run_meta((devices or ["cpu"])[0], test=report.nodeid)
             result = PytestMemoryResult(report.nodeid, outcome, measurements, meta)
-            result.save(os.path.join(self.save_dir, file_name(report.nodeid)))
+            result.save(os.path.join(self._save_path, file_name(report.nodeid)))
             self._saved += 1
 
     def session_sources(self) -> dict[str, Any]:
