@@ -53,7 +53,7 @@ lint: $(DEPS)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	$(BIN)/ruff check python tests bench docs
-	$(BIN)/python -m mypy python/memlab_rs
+	$(BIN)/python -m mypy python/memlab_rs python/pytest_memlab_rs
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py

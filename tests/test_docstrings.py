@@ -21,6 +21,8 @@ import pytest
         "memlab_rs.line_result",
         "memlab_rs.tracker",
         "memlab_rs._backward_calls",
+        "memlab_rs.pytest_plugin",
+        "memlab_rs.pytest_result",
     ],
 )
 def test_docstring_examples(module):

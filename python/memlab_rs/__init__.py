@@ -19,6 +19,7 @@ from .profile import (
     profile_every,
     set_target_gpu,
 )
+from .pytest_result import PytestMemoryResult
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
 from .tracker import MemTracker, TrackResult, TrackRow
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryEstimate",
     "MemoryMonitor",
     "MemoryReport",
+    "PytestMemoryResult",
     "RestoreReport",
     "TensorRow",
     "TrackResult",

@@ -262,4 +262,4 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
 
 def _import_kinds() -> None:
     """Import the modules whose result classes register kinds."""
-    from . import line_result, reporter, tracker  # noqa: F401
+    from . import line_result, pytest_result, reporter, tracker  # noqa: F401
