@@ -47,7 +47,7 @@ demo: build
 test: build lint
 	cargo test --quiet
 	$(BIN)/nox -s wheel
-	$(BIN)/nox $(NOX_ARGS)
+	$(BIN)/python .ci/nox_lanes.py $(NOX_ARGS)
 
 lint: $(DEPS)
 	cargo fmt --check
