@@ -148,7 +148,7 @@ def test_damaged_tensor_report_is_refused(tmp_path):
 
     refused(tmp_path, report, bad_bytes, r'section 0 \(cpu\), row 0: "bytes" has the wrong type')
     refused(tmp_path, report, no_rows, r'section 0 \(cpu\): no "rows" field')
-    refused(tmp_path, report, bad_strategy, "unknown strategy \"telepathy\"")
+    refused(tmp_path, report, bad_strategy, 'unknown strategy "telepathy"')
     refused(tmp_path, report, bad_verbose, '"verbose" must be true or false')
     refused(tmp_path, report, negative, '"total_bytes" has the wrong type')
 
@@ -241,3 +241,69 @@ def test_damaged_tracker_result_is_refused(tmp_path):
     refused(tmp_path, second, bad_bytes, r'tracker row 0: "bytes" must be >= 0, got -5')
     refused(tmp_path, second, no_where, 'tracker: no "where" field')
     refused(tmp_path, second, bool_count, 'tracker row 0: "count" must be int, got True')
+
+
+# -- estimate ------------------------------------------------------------------------------
+
+
+def estimates():
+    from memlab_rs.models import TinyGPT
+
+    model = TinyGPT(vocab=100, dim=32, layers=2, heads=4, context=16)
+    tokens = torch.zeros(2, 16, dtype=torch.long)
+    gpt = memlab_rs.estimate(
+        model, tokens, optimizer=torch.optim.AdamW, optimizer_kwargs={"lr": 1e-3}, device="cpu"
+    )
+    linear = memlab_rs.estimate(  # the CUDA allocator modelled, no GPU needed
+        torch.nn.Linear(1000, 1000), torch.zeros(8, 1000), device="cuda:0"
+    )
+    return model, gpt, linear
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_estimate_round_trip(tmp_path, name):
+    _model, gpt, linear = estimates()
+    for est in (gpt, linear):
+        loaded = saved_and_loaded(est, tmp_path, name)
+        assert loaded.text() == est.text()
+        assert str(loaded) == str(est)
+        assert loaded._repr_html_() == est._repr_html_()
+        assert loaded.to_dict() == est.to_dict()
+        assert loaded.to_json() == est.to_json()
+        assert loaded == est  # every field
+        assert loaded.step_peaks == est.step_peaks and 1 in loaded.step_peaks
+
+
+def test_estimate_record_holds_exact_values():
+    model, gpt, linear = estimates()
+    storages = {
+        p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()
+    }
+    assert gpt.parameters == sum(storages.values())  # the tied head counted once
+    assert gpt.meta["device"] == "cpu" and linear.meta["device"] == "cuda:0"
+    assert linear.parameters == 4_004_352  # 4,000,000 and 4,000 bytes, 512-byte blocks
+    assert linear.inputs == 32_256
+    data = results.loads(results.dumps(linear)).to_data()
+    assert data["parameters"] == 4_004_352 and data["notes"] == linear.notes
+    assert data["peak_reserved"] == linear.peak_reserved and linear.peak_reserved % (2 << 20) == 0
+
+
+def test_damaged_estimate_is_refused(tmp_path):
+    _model, gpt, _linear = estimates()
+
+    def bad_peak(data):
+        data["peak_allocated"] = "lots"
+
+    def bad_steps(data):
+        data["step_peaks"] = {"first": 1}
+
+    def bad_notes(data):
+        data["notes"] = [1]
+
+    def bad_category(data):
+        data["peak_by_category"]["activation"] = None
+
+    refused(tmp_path, gpt, bad_peak, 'estimate: "peak_allocated" must be int')
+    refused(tmp_path, gpt, bad_steps, '"step_peaks" must be keyed by step numbers')
+    refused(tmp_path, gpt, bad_notes, '"notes" must be a list of strings')
+    refused(tmp_path, gpt, bad_category, 'estimate peak_by_category: "activation" must be int')

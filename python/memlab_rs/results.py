@@ -224,7 +224,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
     """The result object of a parsed result document."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(
-            f"{name}: not a memlab_rs result file (no \"format\": \"{FORMAT}\"); results "
+            f'{name}: not a memlab_rs result file (no "format": "{FORMAT}"); results '
             "are written by save() or `memlab-rs run`"
         )
     schema = doc.get("schema")
@@ -253,7 +253,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         raise ValueError(f"{name}: unknown result kind {kind!r} (known: {known})")
     meta, data = doc.get("meta"), doc.get("data")
     if not isinstance(meta, dict) or not isinstance(data, dict):
-        raise ValueError(f"{name}: a {kind} result without its \"meta\" or \"data\" object")
+        raise ValueError(f'{name}: a {kind} result without its "meta" or "data" object')
     try:
         return KINDS[kind](data, meta)
     except (KeyError, TypeError, ValueError, IndexError) as e:
@@ -262,4 +262,12 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
 
 def _import_kinds() -> None:
     """Import the modules whose result classes register kinds."""
-    from . import line_result, reporter, tracker  # noqa: F401
+    import importlib
+
+    for module in _KIND_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+
+
+#: The modules whose import registers a kind (by module name: ``memlab_rs.estimate`` the
+#: attribute is the function, so ``from . import estimate`` would not name the module).
+_KIND_MODULES = ("line_result", "reporter", "tracker", "estimate")
