@@ -20,6 +20,7 @@ import pytest
         "memlab_rs.results",
         "memlab_rs.line_result",
         "memlab_rs.tracker",
+        "memlab_rs.monitor_result",
         "memlab_rs._backward_calls",
     ],
 )

@@ -307,3 +307,111 @@ def test_damaged_estimate_is_refused(tmp_path):
     refused(tmp_path, gpt, bad_steps, '"step_peaks" must be keyed by step numbers')
     refused(tmp_path, gpt, bad_notes, '"notes" must be a list of strings')
     refused(tmp_path, gpt, bad_category, 'estimate peak_by_category: "activation" must be int')
+
+
+# -- monitor -------------------------------------------------------------------------------
+
+
+def monitored(tmp_path):
+    """TinyGPT trained 5 iterations over 2 epochs with AdamW, verbose, every 2nd printed,
+    with the CSV: the monitor, what it printed, its CSV file, and the result after step 4."""
+    import io
+
+    from memlab_rs.models import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=100, dim=32, layers=2, heads=4, context=16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.zeros(2, 16, dtype=torch.long)
+    out = io.StringIO()
+    monitor = memlab_rs.memory_profiler(
+        model, 2, True, optimizer=opt, verbose=True, csv_dir=tmp_path / "csv", file=out
+    )
+    with monitor:
+        for epoch_size in (3, 2):
+            for _ in range(epoch_size):
+                model(tokens).sum().backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                monitor.record_stats()
+                if len(monitor.rows()) == 4:
+                    at_four = monitor.result()
+            monitor.epoch_end()
+    csv = open(monitor.csv_path).read()
+    return model, monitor, out.getvalue(), csv, at_four
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_monitor_round_trip(tmp_path, name):
+    _model, monitor, printed, csv, at_four = monitored(tmp_path)
+    result = monitor.result()
+    assert len(at_four.rows()) == 4 and len(result.rows()) == 5  # a copy, not a view
+    for each in (result, at_four):
+        loaded = saved_and_loaded(each, tmp_path, name)
+        for step in range(1, len(each.rows()) + 1):
+            assert loaded.text(step) == each.text(step) == monitor.text(step)
+            assert loaded.csv_row(step) == each.csv_row(step)
+        assert loaded.text() == each.text()
+        assert loaded.rows() == each.rows()
+        assert loaded.plot_html() == each.plot_html()
+        assert loaded._repr_html_() == each._repr_html_()
+        assert loaded.to_csv() == each.to_csv()
+        assert loaded.to_dataframe().equals(each.to_dataframe())
+        assert loaded.device == "cpu" and loaded.verbose and loaded.print_period == 2
+    # What the monitor printed and wrote is the record's rendering.
+    loaded = results.loads(results.dumps(result))
+    assert loaded.to_csv() == csv
+    assert loaded.printed_steps() == [2, 5]  # iteration 2 of epoch 1, iteration 2 of epoch 2
+    for step in loaded.printed_steps():
+        assert "\n" + loaded.text(step) + "\n" in printed
+    assert monitor.plot_html() == loaded.plot_html()
+
+
+def test_monitor_record_holds_exact_values(tmp_path):
+    model, monitor, _printed, _csv, _at_four = monitored(tmp_path)
+    data = monitor.result().to_data()
+    storages = {
+        p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()
+    }
+    assert all(r["weight_usage"] == sum(storages.values()) for r in data["rows"])
+    assert [(r["epoch"], r["iteration"]) for r in data["rows"]] == [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 1),
+        (2, 2),
+    ]
+    # AdamW's two moments (and a step counter each) per parameter, from step 1 on.
+    assert all(r["optimizer_state_usage"] >= 2 * sum(storages.values()) for r in data["rows"])
+    (layout,) = data["layouts"]  # the parameters never changed: one layout
+    assert "wte.weight+lm_head.weight" in layout["names"]
+    assert sum(layout["bytes"]) == sum(storages.values())
+    assert data["csv_names"] == layout["names"]
+    modules = dict(data["details"][0]["modules"])
+    assert modules and all(b >= 0 for b in modules.values())
+
+
+def test_damaged_monitor_result_is_refused(tmp_path):
+    _model, monitor, _printed, _csv, _at_four = monitored(tmp_path)
+    result = monitor.result()
+
+    def short_grads(data):
+        data["details"][0]["grads"] = data["details"][0]["grads"][:-1]
+
+    def no_notice(data):
+        del data["rows"][1]["notice"]
+
+    def bad_layout(data):
+        data["details"][2]["layout"] = 7
+
+    def lost_details(data):
+        data["details"].pop()
+
+    def bad_module(data):
+        data["details"][0]["modules"][0] = ["blocks.0", "big"]
+
+    refused(tmp_path, result, short_grads, r"monitor details 0: \d+ gradient counts for \d+ rows")
+    refused(tmp_path, result, no_notice, 'monitor row 1: no "notice" field')
+    refused(tmp_path, result, bad_layout, 'monitor details 2: "layout" 7 is not one of 1 layouts')
+    refused(tmp_path, result, lost_details, "monitor: 4 details for 5 rows")
+    refused(tmp_path, result, bad_module, r'"modules" must hold \[name, bytes\] pairs')
