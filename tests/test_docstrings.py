@@ -21,6 +21,7 @@ import pytest
         "memlab_rs.line_result",
         "memlab_rs.tracker",
         "memlab_rs.monitor_result",
+        "memlab_rs._trace_saved",
         "memlab_rs._backward_calls",
     ],
 )

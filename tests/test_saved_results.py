@@ -415,3 +415,124 @@ def test_damaged_monitor_result_is_refused(tmp_path):
     refused(tmp_path, result, bad_layout, 'monitor details 2: "layout" 7 is not one of 1 layouts')
     refused(tmp_path, result, lost_details, "monitor: 4 details for 5 rows")
     refused(tmp_path, result, bad_module, r'"modules" must hold \[name, bytes\] pairs')
+
+
+# -- trace ---------------------------------------------------------------------------------
+
+
+def make_two():
+    a = torch.empty(256, 1024)  # 1 MiB
+    b = torch.empty(128, 1024)  # 512 KiB
+    del a
+    return b
+
+
+def traced():
+    """A region with known sizes, and a TinyGPT step traced with module tags."""
+    from memlab_rs.models import TinyGPT
+
+    with memlab_rs.trace.Tracer(device="cpu") as simple:
+        kept = make_two()
+    del kept
+    model = TinyGPT(vocab=100, dim=32, layers=2, heads=4, context=16)
+    tokens = torch.zeros(2, 16, dtype=torch.long)
+    with memlab_rs.trace.Tracer(device="cpu", model=model, tag_modules=True) as tagged:
+        model(tokens).sum().backward()
+    return simple.result, tagged.result
+
+
+def trace_renderings(result):
+    return {
+        "text": result.text(),
+        "module_text": result.module_text(),
+        "html": result._repr_html_(),
+        "json": result.to_json(),
+        "csv": result.to_csv(),
+        "timeline_html": result.timeline_html(),
+        "untagged": result.untagged_log(),
+        "rows": result.rows(),
+        "module_rows": result.module_rows(),
+        "summary": result.summary(),
+        "notices": result.notices(),
+        "lines": result.line_peak_live(),
+        "devices": result.devices,
+        "source": result.source,
+        "frame": result.to_dataframe().to_dict(),
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trace_round_trip(tmp_path, name):
+    for result in traced():
+        expected = trace_renderings(result)
+        loaded = saved_and_loaded(result, tmp_path, name)
+        assert trace_renderings(loaded) == expected
+        assert loaded.exclude == result.exclude
+        # trace.load reads the result file too, and a new exclude list re-analyses it.
+        again = memlab_rs.trace.load(tmp_path / name)
+        assert trace_renderings(again) == expected and again.meta == result.meta
+        assert memlab_rs.trace.load(tmp_path / name, exclude=[]).exclude == []
+
+
+def test_trace_record_holds_exact_values(tmp_path):
+    simple, tagged = traced()
+    assert simple.meta["device"] == "cpu"
+    loaded = results.loads(results.dumps(simple))
+    assert loaded.max_mem("cpu") == (1 << 20) + (1 << 19)
+    first = make_two.__code__.co_firstlineno
+    rows = {r.location: (r.bytes, r.count) for r in loaded.rows("cpu")}
+    assert rows[f"{__file__}:{first + 1} (make_two)"] == (1 << 20, 1)  # a and b: the peak
+    assert rows[f"{__file__}:{first + 2} (make_two)"] == (1 << 19, 1)
+    data = simple.to_data()
+    assert data["source"] == "cpu" and data["exclude"] == simple.exclude
+    # Frames and stacks are listed once; each entry names its stack by index.
+    (entries,) = data["snapshot"]["device_traces"]
+    allocs = [e for e in entries if e["action"] == "alloc" and e["size"] in (1 << 20, 1 << 19)]
+    assert len(allocs) == 2 and all(isinstance(e["frames"], int) for e in allocs)
+    stack = [data["frames"][i] for i in data["stacks"][allocs[0]["frames"]]]
+    assert stack[0]["name"] == "make_two" and stack[0]["filename"] == __file__
+    assert stack[0]["line"] == make_two.__code__.co_firstlineno + 1
+    # A tagged step's module rows come back with their tags.
+    modules = [r.location for r in results.loads(results.dumps(tagged)).module_rows()]
+    assert any(m.startswith("forward:") for m in modules)
+
+
+def test_trace_load_keeps_reading_pickles_and_json_snapshots(tmp_path):
+    simple, _tagged = traced()
+    simple.save(tmp_path / "trace.pickle")  # not .json: torch's pickle, as before
+    assert (tmp_path / "trace.pickle").read_bytes()[:2] == b"\x80\x04"
+    from_pickle = memlab_rs.trace.load(tmp_path / "trace.pickle")
+    assert from_pickle.text() == simple.text()
+    assert from_pickle.meta["snapshot_file"] == str(tmp_path / "trace.pickle")
+    simple.export_memory_viz(tmp_path / "viz.json", format="json")
+    assert memlab_rs.trace.load(tmp_path / "viz.json").text() == simple.text()
+    # A result of another kind is named, not misread.
+    tensor_report().save(tmp_path / "report.json")
+    with pytest.raises(ValueError, match="a memlab_rs tensor_report result, not a trace"):
+        memlab_rs.trace.load(tmp_path / "report.json")
+
+
+def test_damaged_trace_is_refused(tmp_path):
+    simple, _tagged = traced()
+
+    def bad_stack(data):
+        (entries,) = data["snapshot"]["device_traces"]
+        next(e for e in entries if isinstance(e.get("frames"), int))["frames"] = 10**6
+
+    def bad_frame_index(data):
+        data["stacks"][0] = [len(data["frames"])]
+
+    def bad_exclude(data):
+        data["exclude"] = [1]
+
+    def wrong_source(data):
+        data["source"] = "cuda"
+
+    def no_snapshot(data):
+        del data["snapshot"]
+
+    refused(tmp_path, simple, bad_stack, 'a "frames" entry names stack 1000000')
+    refused(tmp_path, simple, bad_frame_index, "trace: stack 0 must list frame indices")
+    refused(tmp_path, simple, bad_exclude, '"exclude" must be a list of strings')
+    refused(tmp_path, simple, wrong_source, "\"source\" says 'cuda' but the snapshot is a cpu one")
+    refused(tmp_path, simple, no_snapshot, "KeyError: 'snapshot'")
