@@ -8,6 +8,7 @@ exact values checked, and damaged data refused with one ValueError naming the fi
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 
@@ -212,6 +213,20 @@ def test_tracker_record_holds_exact_values(tmp_path):
     html = second._repr_html_()
     assert "<td>1048576</td>" in html.replace('<td style="text-align:right">', "<td>")
     assert "<td>w</td>" in html
+
+
+def test_tracker_note_round_trips(tmp_path):
+    import dataclasses
+
+    _first, second, _log = tracked(tmp_path)
+    noted = dataclasses.replace(second, incomplete="the walk ran during a garbage collection")
+    loaded = results.loads(results.dumps(noted))
+    assert loaded.text() == noted.text()
+    assert loaded.text().endswith("Note: the walk ran during a garbage collection\n\n")
+    assert loaded._repr_html_() == noted._repr_html_()
+    assert loaded._repr_html_().endswith(
+        "<p>Note: the walk ran during a garbage collection</p></div>"
+    )
 
 
 def test_tracker_without_detail_round_trips(tmp_path):
@@ -536,3 +551,41 @@ def test_damaged_trace_is_refused(tmp_path):
     refused(tmp_path, simple, bad_exclude, '"exclude" must be a list of strings')
     refused(tmp_path, simple, wrong_source, "\"source\" says 'cuda' but the snapshot is a cpu one")
     refused(tmp_path, simple, no_snapshot, "KeyError: 'snapshot'")
+
+
+# -- schema versions -------------------------------------------------------------------------
+
+
+def test_an_older_schema_is_migrated_or_refused_clearly(tmp_path, monkeypatch):
+    """As a memlab_rs with schema 2 would see today's files: migrated when it knows how,
+    else refused with a message saying which memlab_rs reads it."""
+    report = tensor_report()
+    path = tmp_path / "old.json"
+    report.save(path)
+    monkeypatch.setattr(results, "SCHEMA", 2)
+    with pytest.raises(ValueError, match="result schema 1 can no longer be read") as err:
+        memlab_rs.load(path)
+    assert str(err.value).startswith(str(path)) and "the memlab_rs that wrote it" in str(err.value)
+
+    seen = []
+
+    def to_schema_2(doc):  # the made-up schema 2 keeps the layout: only the version moves
+        seen.append(doc["schema"])
+        return {**copy.deepcopy(doc), "schema": 2}
+
+    monkeypatch.setitem(results._MIGRATIONS, 1, to_schema_2)
+    loaded = memlab_rs.load(path)
+    assert seen == [1]
+    assert loaded.to_text() == report.to_text()
+    assert loaded._repr_html_() == report._repr_html_()
+
+
+def test_a_newer_schema_is_refused_for_every_kind(tmp_path):
+    made = [tensor_report(), tracked(tmp_path)[1], traced()[0]]
+    for result in made:
+        doc = json.loads(results.dumps(result))
+        doc["schema"] = results.SCHEMA + 1
+        path = tmp_path / f"{result.kind}.json"
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match=f"written with result schema {results.SCHEMA + 1}"):
+            memlab_rs.load(path)
