@@ -31,6 +31,7 @@ def saved_and_loaded(result, tmp_path, name):
     loaded = memlab_rs.load(path)
     assert type(loaded) is type(result)
     assert loaded.meta == result.meta
+    assert results.dumps(loaded) == results.dumps(result)  # saved again: the same file
     return loaded
 
 
