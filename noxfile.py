@@ -1,7 +1,8 @@
 """The whole test suite on every CPython from 3.9 to 3.13 this machine has (`make test` runs it).
 
-Run it through `make test`, which first builds the extension once: `maturin build --release`
-makes an abi3 wheel (cp39-abi3) under target/wheels, and every session installs that same wheel.
+Run it through `make test`, which first builds the extension once: `make build` makes the
+release wheel (cp39-abi3, manylinux2014, linked by zig) under target/wheels, and every session
+installs that same wheel.
 The tests import what users install, never the sources under python/ (pytest runs with
 --import-mode=importlib from the repository root, where no `memlab_rs` package lies).
 
@@ -15,18 +16,28 @@ nvidia-* wheels; uv unpacks each wheel once into its cache (~/.cache/uv) and har
 each environment, so the five environments cost one download and one unpack per distinct wheel.
 pip/uv pick the newest torch with wheels for each Python (3.9 gets an older one, >= 2.1).
 
+The `wheel` session (`make wheel`, and `make test` runs it) checks the release wheel and the
+sdist as users get them: the wheel is manylinux2014 (auditwheel agrees), installs into a clean
+environment with no Rust toolchain on PATH and works there; the sdist holds the sources and a
+wheel builds from it.
+
 Examples:
     make test                                   # everything, every Python found
     .venv/bin/nox -p 3.12                       # one Python (after `make build`)
     .venv/bin/nox -p 3.9 -- tests/test_size.py -x   # arguments after -- go to pytest
+    .venv/bin/nox -s wheel                      # release wheel and sdist (after `make build`)
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import nox
@@ -114,3 +125,180 @@ def tests(session: nox.Session) -> None:
     # `pytest`, not `python -m pytest`: -m would put the working directory on sys.path.
     # pytest exits 5 when it collected no test: that fails the session, as it should here.
     session.run("pytest", *(session.posargs or ["tests"]))
+
+
+# The release wheel and the sdist: `nox -s wheel` (`make wheel`; `make test` runs it too).
+
+# manylinux2014 is glibc 2.17 and newer: RHEL/Rocky 8 (2.28) and Ubuntu 20.04 (2.31) among
+# them. `make build` makes the wheel (zig links it, see the Makefile).
+MAX_GLIBC = (2, 17)
+# Ignored, and on the filesystem of uv's cache, so that torch is hard-linked, not copied.
+CHECKS = ROOT / "target" / "wheel-check"
+# What building a wheel needs from the sdist, besides every tracked file under src/ and python/.
+SDIST_NEEDS = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md", "LICENSE"]
+# Run by the clean environment's Python with no Rust on PATH: the wheel imports and _core works.
+USE_THE_WHEEL = """\
+import shutil, sys
+assert shutil.which("cargo") is None and shutil.which("rustc") is None, "Rust is on PATH"
+import torch
+import memlab_rs
+from memlab_rs import _core
+assert memlab_rs.__file__.startswith(sys.prefix), f"not this environment's: {memlab_rs.__file__}"
+assert memlab_rs.readable_size(4194304) == "4.00M", memlab_rs.readable_size(4194304)
+model = torch.nn.Linear(1000, 1000)
+report = memlab_rs.MemReporter(model).collect(device="cpu")
+sizes = {row.name: row.bytes for row in report.rows}
+assert sizes.get("weight") == 4_000_000 and sizes.get("bias") == 4_000, sizes
+print(f"  python {sys.version.split()[0]} | torch {torch.__version__}", end=" ")
+print(f"| memlab_rs {_core.__version__}")
+print(f"  memlab_rs from {memlab_rs.__file__}")
+print("  shutil.which('cargo') and shutil.which('rustc'): None")
+print(f"  readable_size(4194304) = {memlab_rs.readable_size(4194304)!r}")
+print(f"  MemReporter(nn.Linear(1000, 1000)): weight {sizes['weight']} B, bias {sizes['bias']} B")
+"""
+
+
+def _tool(name: str) -> str:
+    """A program `make` installed into .venv/bin, else one beside this nox, else on PATH."""
+    for folder in (ROOT / ".venv" / "bin", Path(sys.executable).parent):
+        if os.access(folder / name, os.X_OK):
+            return str(folder / name)
+    found = shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: `make build` installs it (requirements-dev.txt)")
+    return found
+
+
+def _without_rust() -> dict[str, str]:
+    """This process's environment with no Rust toolchain: every PATH folder holding cargo or
+    rustc is dropped, and so are rustup's and cargo's variables (and any active venv's)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CARGO", "RUSTUP", "RUSTC"))
+        and key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    }
+    folders = env.get("PATH", "").split(os.pathsep)
+    has_rust = lambda d: any(os.path.exists(os.path.join(d, t)) for t in ("cargo", "rustc"))  # noqa: E731
+    env["PATH"] = os.pathsep.join(d for d in folders if d and not has_rust(d))
+    for tool in ("cargo", "rustc"):
+        found = shutil.which(tool, path=env["PATH"])
+        assert found is None, f"{tool} is still on the stripped PATH: {found}"
+    return env
+
+
+def _check_manylinux(session: nox.Session, wheel: Path) -> None:
+    """The wheel's name says cp39-abi3 and manylinux_2_17, and auditwheel agrees with its binary."""
+    arch = platform.machine()
+    _, _, python_tag, abi_tag, platforms = wheel.name[: -len(".whl")].split("-")
+    if (python_tag, abi_tag) != ("cp39", "abi3") or f"manylinux_2_17_{arch}" not in platforms:
+        session.error(f"{wheel.name}: expected cp39-abi3 and manylinux_2_17_{arch} (make build)")
+    shown = str(session.run(_tool("auditwheel"), "show", str(wheel), silent=True))
+    print(shown.strip())
+    text = " ".join(shown.split())  # auditwheel wraps its lines
+    consistent = r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_(\w+)"'
+    tag = re.search(consistent, text)
+    if tag is None:
+        session.error("auditwheel show found no manylinux tag for the wheel")
+    if (int(tag[1]), int(tag[2])) > MAX_GLIBC or tag[3] != arch:
+        session.error(f"auditwheel: manylinux_{tag[1]}_{tag[2]}_{tag[3]}, not manylinux2014")
+    versions = [
+        (int(major), int(minor)) for major, minor in re.findall(r"GLIBC_(\d+)\.(\d+)", text)
+    ]
+    if not versions:
+        session.error(
+            "auditwheel show listed no glibc symbol version: is the wheel's binary there?"
+        )
+    newest = max(versions)
+    if newest > MAX_GLIBC:
+        session.error(f"the wheel needs GLIBC_{newest[0]}.{newest[1]}, newer than 2.17")
+    session.log(
+        f"auditwheel: manylinux_{tag[1]}_{tag[2]}_{arch}; newest glibc symbol version "
+        f"GLIBC_{newest[0]}.{newest[1]} (manylinux2014 allows 2.17)"
+    )
+
+
+def _install_without_rust(session: nox.Session, wheel: Path, version: str) -> None:
+    """The wheel into a new, empty environment with no Rust on PATH; then it must work."""
+    venv = CHECKS / f"clean-{version}"
+    shutil.rmtree(venv, ignore_errors=True)
+    env = _without_rust()
+    uv, python = _tool("uv"), str(venv / "bin" / "python")
+    session.log(f"CPython {version}: a clean environment, no cargo or rustc on PATH")
+    run = dict(env=env, include_outer_env=False)
+    interpreter = str(shutil.which(f"python{version}"))
+    session.run(uv, "venv", "--quiet", "--python", interpreter, str(venv), **run)
+    # --no-build: memlab_rs and every dependency must come as wheels: nothing compiles.
+    session.run(uv, "pip", "install", "-q", "--no-build", "--python", python, str(wheel), **run)
+    script = CHECKS / "use_the_wheel.py"
+    script.write_text(USE_THE_WHEEL)
+    session.run(python, str(script), **run)
+
+
+def _tracked(*folders: str) -> list[str]:
+    """The files git tracks under folders (a tree that is not a checkout: the files there)."""
+    try:
+        listing = ["git", "ls-files", "--", *folders]
+        out = subprocess.run(listing, cwd=ROOT, capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        files = [p for f in folders for p in (ROOT / f).rglob("*") if p.is_file()]
+        junk = lambda p: "__pycache__" in p.parts or p.suffix in (".so", ".pyc")  # noqa: E731
+        return [str(p.relative_to(ROOT)) for p in files if not junk(p)]
+
+
+def _package_files(wheel: Path) -> set[str]:
+    """What a wheel installs, less its .dist-info (its RECORD differs from build to build)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {n for n in archive.namelist() if ".dist-info/" not in n}
+
+
+def _check_sdist(session: nox.Session, wheel: Path, version: str) -> None:
+    """The sdist holds what a build needs, and a wheel with the same files builds from it."""
+    out = CHECKS / "sdist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(_tool("maturin"), "sdist", "--out", str(out))
+    sdists = list(out.glob("memlab_rs-*.tar.gz"))
+    if len(sdists) != 1:
+        session.error(f"maturin sdist made {len(sdists)} memlab_rs sdists in {out}")
+    sdist = sdists[0]
+    top = sdist.name[: -len(".tar.gz")] + "/"
+    with tarfile.open(sdist) as archive:
+        held = {n[len(top) :] for n in archive.getnames() if n.startswith(top)}
+    sources = _tracked("src", "python")
+    missing = [f for f in SDIST_NEEDS + sources if f not in held]
+    if not sources or missing:
+        session.error(f"{sdist.name} lacks {missing or 'src/ and python/'}")
+    session.log(
+        f"{sdist.name}: {len(held)} files; {', '.join(SDIST_NEEDS)} and all "
+        f"{len(sources)} tracked files under src/ and python/ are there"
+    )
+    # Where no wheel fits (another CPU, musl, glibc < 2.17), pip builds from the sdist: in an
+    # isolated environment with maturin from PyPI and the user's Rust. This does the same.
+    # Its own target folder, kept, so that a second run compiles only memlab_rs.
+    built = out / "wheel"
+    interpreter = str(shutil.which(f"python{version}"))
+    target = {"CARGO_TARGET_DIR": str(ROOT / "target" / "from-sdist")}
+    build = [_tool("uv"), "build", "--wheel", "--python", interpreter, "--out-dir", str(built)]
+    session.run(*build, str(sdist), env=target)
+    wheels = list(built.glob("memlab_rs-*.whl"))
+    if len(wheels) != 1:
+        session.error(f"building from {sdist.name} made {len(wheels)} wheels in {built}")
+    ours, theirs = _package_files(wheel), _package_files(wheels[0])
+    if ours != theirs:
+        session.error(f"the wheel built from the sdist differs: {sorted(ours ^ theirs)}")
+    session.log(f"{wheels[0].name} built from {sdist.name}: the release wheel's {len(ours)} files")
+
+
+@nox.session(python=False)
+def wheel(session: nox.Session) -> None:
+    """The release wheel and the sdist, checked as users get them (the module docstring)."""
+    release = _the_wheel()
+    session.log(f"release wheel: {release.name}")
+    _check_manylinux(session, release)
+    found = _interpreters_found()
+    # The abi3 floor and the newest CPython found; the tests sessions install it on all.
+    for version in dict.fromkeys([found[0], found[-1]]):
+        _install_without_rust(session, release, version)
+    _check_sdist(session, release, found[0])
+    session.log("release wheel and sdist: every check passed")

@@ -23,6 +23,8 @@ import pytest
         "memlab_rs.monitor_result",
         "memlab_rs._trace_saved",
         "memlab_rs._backward_calls",
+        "memlab_rs.pytest_plugin",
+        "memlab_rs.pytest_result",
     ],
 )
 def test_docstring_examples(module):

@@ -20,6 +20,7 @@ from .profile import (
     profile_every,
     set_target_gpu,
 )
+from .pytest_result import PytestMemoryResult
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
 from .tracker import MemTracker, TrackResult, TrackRow
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryMonitor",
     "MemoryReport",
     "MonitorResult",
+    "PytestMemoryResult",
     "RestoreReport",
     "TensorRow",
     "TrackResult",

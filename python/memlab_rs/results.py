@@ -285,4 +285,12 @@ def _import_kinds() -> None:
 
 #: The modules whose import registers a kind (by module name: ``memlab_rs.estimate`` the
 #: attribute is the function, so ``from . import estimate`` would not name the module).
-_KIND_MODULES = ("line_result", "reporter", "tracker", "estimate", "monitor_result", "trace")
+_KIND_MODULES = (
+    "line_result",
+    "reporter",
+    "tracker",
+    "estimate",
+    "monitor_result",
+    "trace",
+    "pytest_result",
+)
