@@ -20,6 +20,8 @@ import pytest
         "memlab_rs.results",
         "memlab_rs.line_result",
         "memlab_rs.tracker",
+        "memlab_rs.monitor_result",
+        "memlab_rs._trace_saved",
         "memlab_rs._backward_calls",
         "memlab_rs.pytest_plugin",
         "memlab_rs.pytest_result",

@@ -12,6 +12,7 @@ from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .line_result import LineProfileResult
 from .monitor import MemoryMonitor, memory_profiler
+from .monitor_result import MonitorResult
 from .profile import (
     clear_global_line_profiler,
     global_line_profiler,
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryEstimate",
     "MemoryMonitor",
     "MemoryReport",
+    "MonitorResult",
     "PytestMemoryResult",
     "RestoreReport",
     "TensorRow",
