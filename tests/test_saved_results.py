@@ -90,7 +90,8 @@ def test_tensor_report_round_trip(tmp_path, name):
 
 
 def test_tensor_report_record_holds_exact_values():
-    report = tensor_report(top=3)
+    # Every row: tensors other tests left alive in this process may outrank the view.
+    report = tensor_report()
     assert report.meta["device"] == "cpu"
     (section,) = report.to_data()["sections"]
     rows = {r["name"]: r for r in section["rows"]}
