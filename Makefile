@@ -47,13 +47,13 @@ demo: build
 test: build lint
 	cargo test --quiet
 	$(BIN)/nox -s wheel
-	$(BIN)/nox $(NOX_ARGS)
+	$(BIN)/python .ci/nox_lanes.py $(NOX_ARGS)
 
 lint: $(DEPS)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	$(BIN)/ruff check python tests bench docs
-	$(BIN)/python -m mypy python/memlab_rs
+	$(BIN)/python -m mypy python/memlab_rs python/pytest_memlab_rs
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py

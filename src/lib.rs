@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The one source of the version: Cargo.toml (pyproject.toml takes it from there too).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(size::readable_size, m)?)?;
+    m.add_function(wrap_pyfunction!(size::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
@@ -96,6 +97,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_html, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_text,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_limit_text,
+        m
+    )?)?;
+    m.add_function(wrap_pyfunction!(
+        bindings::test_memory::_test_memory_top_table,
+        m
+    )?)?;
     line_profiler::register(m)?;
     Ok(())
 }

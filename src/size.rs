@@ -1,13 +1,14 @@
-//! Byte sizes as text: pytorch_memlab's compact form ("4.00M") and a human form ("4.0 MiB").
+//! Byte sizes as text: pytorch_memlab's compact form ("4.00M"), a human form ("4.0 MiB"), and
+//! sizes people write ("512 MB", "1.5GiB") parsed exactly (`parse_size`).
 //!
 //! pytorch_memlab formats sizes with `'{:.2f}'.format(calmsize.size(n))`: the largest
 //! 1024-based unit that fits the absolute value, two decimals, no space. We reproduce that
 //! exactly, including its quirks (`1024.00K` for 1048575 bytes, `infP`), because users diff
 //! our output against theirs.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 const UNITS: [(f64, &str); 6] = [
     (1125899906842624.0, "P"),
@@ -81,6 +82,109 @@ pub fn readable_size(num_bytes: &Bound<'_, PyAny>) -> PyResult<String> {
     }
 }
 
+/// What `parse_size` accepts, for its error messages.
+pub const SIZE_FORMS: &str = "a whole number of bytes (1048576) or a number and a unit: \
+    B, KB, MB, GB, TB, PB, EB (powers of 1000) or KiB, MiB, GiB, TiB, PiB, EiB (powers of \
+    1024), any case, space optional, e.g. \"512 MB\", \"1.5GiB\"";
+
+/// The number of bytes a size string means, exactly.
+///
+/// The units are `bytesize`'s (`bytesize::Unit`: "KB" is 1000 bytes, "KiB" 1024, any case,
+/// "K"/"Ki" alike), but the arithmetic is not: `bytesize` multiplies an `f64`, so "4.1 MB"
+/// gives it 4099999 bytes. Here the decimal digits are an integer and its scale, so
+/// "4.1 MB" is 4100000 bytes, and a size that is not a whole number of bytes ("0.1 KiB",
+/// 102.4 bytes) is an error rather than rounded. A bare number is bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("it is empty".to_string());
+    }
+    if trimmed.starts_with('-') {
+        return Err("a size cannot be negative".to_string());
+    }
+    let number_len = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, rest) = trimmed.split_at(number_len);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return Err("it does not start with a number".to_string());
+    }
+    if fraction.contains('.') {
+        return Err(format!("{number:?} is not a number"));
+    }
+    let unit = rest.trim_start();
+    let factor = if unit.is_empty() {
+        1
+    } else {
+        match unit.parse::<bytesize::Unit>() {
+            Ok(unit) => unit * 1u64,
+            Err(_) => return Err(format!("{unit:?} is not a unit")),
+        }
+    };
+    // Trailing zeros of the fraction change nothing: "1.50 KB" is "1.5 KB".
+    let fraction = fraction.trim_end_matches('0');
+    let too_big = || format!("it is more than {} bytes", u64::MAX);
+    let scale = 10u128
+        .checked_pow(fraction.len() as u32)
+        .ok_or_else(|| format!("{number:?} has too many decimal places"))?;
+    let all_digits = format!("{whole}{fraction}");
+    let digits: u128 = match all_digits.trim_start_matches('0') {
+        "" => 0,
+        significant => significant.parse().map_err(|_| too_big())?,
+    };
+    let scaled = digits.checked_mul(factor as u128).ok_or_else(too_big)?;
+    if scaled % scale != 0 {
+        let exact = scaled as f64 / scale as f64;
+        return Err(format!("it is {exact} bytes, not a whole number of bytes"));
+    }
+    u64::try_from(scaled / scale).map_err(|_| too_big())
+}
+
+/// The number of bytes in a size: a string such as `"512 MB"` (512,000,000), `"1.5GiB"`
+/// (1,610,612,736) or `"1048576"` (a bare number is bytes), parsed exactly, or an int of
+/// bytes. Units are B, KB, MB, GB, TB, PB, EB (powers of 1000) and KiB, MiB, GiB, TiB, PiB,
+/// EiB (powers of 1024), in any case, with or without a space; "K" is "KB", "Ki" is "KiB".
+///
+/// A malformed size raises ValueError (empty, negative, an unknown unit, not a whole number
+/// of bytes, more than 2**64 - 1); a value that is neither a string nor an int, TypeError.
+///
+/// >>> from memlab_rs._core import parse_size
+/// >>> parse_size("512 MB"), parse_size("1.5GiB"), parse_size("2 GB")
+/// (512000000, 1610612736, 2000000000)
+/// >>> parse_size(4096)
+/// 4096
+#[pyfunction]
+pub fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(text) = size.cast::<PyString>() {
+        let text: String = text.extract()?;
+        let text = text.as_str();
+        return parse_bytes(text).map_err(|why| {
+            PyValueError::new_err(format!("{text:?} is not a size: {why}; give {SIZE_FORMS}"))
+        });
+    }
+    if size.is_instance_of::<PyInt>() && !size.is_instance_of::<PyBool>() {
+        return match size.extract::<i128>() {
+            Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+                "{n} is not a size: a size cannot be negative"
+            ))),
+            Ok(n) => u64::try_from(n).map_err(|_| {
+                PyValueError::new_err(format!("{n} is not a size: more than {} bytes", u64::MAX))
+            }),
+            Err(_) => Err(PyValueError::new_err(format!(
+                "{} is not a size: more than {} bytes",
+                size.str()?,
+                u64::MAX
+            ))),
+        };
+    }
+    let type_name = size.get_type().name()?.to_string();
+    Err(PyTypeError::new_err(format!(
+        "a size must be a string or an int of bytes, not {type_name} ({}); give {SIZE_FORMS}",
+        size.repr()?
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +206,50 @@ mod tests {
     fn human_form_uses_iec_units() {
         assert_eq!(human_bytes(4 * 1024 * 1024), "4.0 MiB");
         assert_eq!(human_bytes(-1536), "-1.5 KiB");
+    }
+
+    #[test]
+    fn parses_sizes_exactly() {
+        assert_eq!(parse_bytes("512 MB"), Ok(512_000_000));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(1_610_612_736));
+        assert_eq!(parse_bytes("2 GB"), Ok(2_000_000_000));
+        assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_bytes(" 2 mib "), Ok(2 << 20));
+        assert_eq!(parse_bytes("1K"), Ok(1000));
+        assert_eq!(parse_bytes("1Ki"), Ok(1024));
+        assert_eq!(parse_bytes("0 B"), Ok(0));
+        assert_eq!(parse_bytes("0.5KiB"), Ok(512));
+        assert_eq!(parse_bytes(".5 KB"), Ok(500));
+        assert_eq!(parse_bytes("1.50 KB"), Ok(1500));
+        assert_eq!(
+            parse_bytes("16 EiB"),
+            Err(format!("it is more than {} bytes", u64::MAX))
+        );
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        // bytesize's f64 loses a byte here; we do not
+        assert_eq!(
+            "4.1 MB".parse::<bytesize::ByteSize>().map(|b| b.0),
+            Ok(4_099_999)
+        );
+        assert_eq!(parse_bytes("4.1 MB"), Ok(4_100_000));
+    }
+
+    #[test]
+    fn rejects_malformed_sizes() {
+        for (text, why) in [
+            ("", "it is empty"),
+            ("   ", "it is empty"),
+            ("-1 MB", "a size cannot be negative"),
+            ("lots", "it does not start with a number"),
+            ("MB", "it does not start with a number"),
+            (".", "it does not start with a number"),
+            ("1.2.3 MB", "\"1.2.3\" is not a number"),
+            ("2 GBs", "\"GBs\" is not a unit"),
+            ("1e3 KB", "\"e3 KB\" is not a unit"),
+            ("0.1 KiB", "it is 102.4 bytes, not a whole number of bytes"),
+            ("1.5", "it is 1.5 bytes, not a whole number of bytes"),
+        ] {
+            assert_eq!(parse_bytes(text), Err(why.to_string()), "{text:?}");
+        }
     }
 }

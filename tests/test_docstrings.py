@@ -20,6 +20,8 @@ import pytest
         "memlab_rs.results",
         "memlab_rs.line_result",
         "memlab_rs.tracker",
+        "memlab_rs.monitor_result",
+        "memlab_rs._trace_saved",
         "memlab_rs._backward_calls",
         "memlab_rs.merge",
         "memlab_rs.diff",
@@ -27,6 +29,8 @@ import pytest
         "memlab_rs._line_targets",
         "memlab_rs._runner",
         "memlab_rs._profiled_run",
+        "memlab_rs.pytest_plugin",
+        "memlab_rs.pytest_result",
     ],
 )
 def test_docstring_examples(module):

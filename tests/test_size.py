@@ -66,3 +66,56 @@ def test_bad_input_names_the_problem():
 
 def test_inf_like_pytorch_memlab():
     assert readable_size(math.inf) == "infP"
+
+
+# -- parse_size: sizes as people write them, exact ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, num_bytes",
+    [
+        ("512 MB", 512_000_000),
+        ("1.5GiB", 1_610_612_736),
+        ("2 GB", 2_000_000_000),
+        ("1048576", 1_048_576),  # a bare number is bytes
+        ("2 MiB", 2 * 1024 * 1024),
+        ("512 KiB", 512 * 1024),
+        ("512kib", 512 * 1024),  # any case
+        ("1K", 1000),
+        ("1Ki", 1024),
+        ("0 B", 0),
+        ("4.1 MB", 4_100_000),  # bytesize's f64 product would give 4099999
+        ("0.5 KiB", 512),
+        ("18446744073709551615", 2**64 - 1),
+        (4096, 4096),  # an int is bytes
+        (0, 0),
+    ],
+)
+def test_parse_size_exact(text, num_bytes):
+    from memlab_rs._core import parse_size
+
+    assert parse_size(text) == num_bytes
+
+
+@pytest.mark.parametrize(
+    "value, error, message",
+    [
+        ("", ValueError, "'' is not a size: it is empty; give a whole number of bytes"),
+        ("lots", ValueError, "'lots' is not a size: it does not start with a number; give"),
+        ("-1 MB", ValueError, "'-1 MB' is not a size: a size cannot be negative; give"),
+        ("2 GBs", ValueError, "'2 GBs' is not a size: 'GBs' is not a unit; give"),
+        ("0.1 KiB", ValueError, "it is 102.4 bytes, not a whole number of bytes"),
+        ("16 EiB", ValueError, "it is more than 18446744073709551615 bytes"),
+        (-1, ValueError, "-1 is not a size: a size cannot be negative"),
+        (2**64, ValueError, "18446744073709551616 is not a size: more than"),
+        (1.5, TypeError, "a size must be a string or an int of bytes, not float (1.5)"),
+        (True, TypeError, "a size must be a string or an int of bytes, not bool (True)"),
+        (None, TypeError, "not NoneType (None); give a whole number of bytes (1048576) or"),
+    ],
+)
+def test_parse_size_rejects(value, error, message):
+    from memlab_rs._core import parse_size
+
+    with pytest.raises(error) as raised:
+        parse_size(value)
+    assert message in str(raised.value).replace('"', "'")

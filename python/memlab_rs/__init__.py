@@ -14,6 +14,7 @@ from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .line_result import LineProfileResult
 from .merge import MergedLineProfile, MergedTensorReport, gather_results, merge_results
 from .monitor import MemoryMonitor, memory_profiler
+from .monitor_result import MonitorResult
 from .profile import (
     clear_global_line_profiler,
     global_line_profiler,
@@ -21,6 +22,7 @@ from .profile import (
     profile_every,
     set_target_gpu,
 )
+from .pytest_result import PytestMemoryResult
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
 from .tracker import MemTracker, TrackResult, TrackRow
@@ -40,6 +42,8 @@ __all__ = [
     "MemoryEstimate",
     "MemoryMonitor",
     "MemoryReport",
+    "MonitorResult",
+    "PytestMemoryResult",
     "RestoreReport",
     "ResultDiff",
     "TensorRow",

@@ -69,6 +69,7 @@ __all__ = [
     "collect_report",
     "driver_available",
     "driver_device_memory",
+    "parse_size",
     "readable_size",
     "render_tracker_block",
     "tracked_tensors",
@@ -79,11 +80,18 @@ __all__ = [
     "_monitor_html",
     "_monitor_iteration",
     "_monitor_text",
+    "_test_memory_limit_text",
+    "_test_memory_text",
+    "_test_memory_top_table",
 ]
 __version__: str
 _CPU_PROBE_BYTES: int
 
 # size.rs
+def parse_size(size: str | int) -> int:
+    """The bytes of a size written as ``"512 MB"``, ``"1.5GiB"`` or ``"1048576"`` (bytes),
+    exactly; an int of bytes is taken as is. ValueError for a malformed size."""
+
 def readable_size(num_bytes: Any) -> str:
     """pytorch_memlab's size string: ``readable_size(4194304) == '4.00M'``."""
 
@@ -430,6 +438,8 @@ class MonitorRowNames:
     """The monitor's parameter row names, held once for the renderers."""
     def __init__(self, names: Sequence[str]) -> None: ...
     def __len__(self) -> int: ...
+    @property
+    def names(self) -> list[str]: ...
 
 def _monitor_text(
     figures: tuple[int, int, int, int, int | None, int, int | None],
@@ -449,3 +459,26 @@ def _monitor_csv_row(
 def _monitor_html(
     title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]
 ) -> str: ...
+
+# A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
+# rows as (location, bytes, count), notices).
+def _test_memory_text(
+    nodeid: str,
+    outcome: str,
+    measurements: Sequence[
+        tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]]
+    ],
+) -> str:
+    """A test's memory result as text: node id, outcome, each device measured."""
+
+def _test_memory_limit_text(
+    m: tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]],
+    marker: str,
+    top: int,
+) -> str:
+    """The failure message of a test over its limit, with the top rows at the peak."""
+
+def _test_memory_top_table(
+    device: str, peaks: Sequence[tuple[str, int, int | None, str]], measured: int
+) -> str:
+    """The session's table of one device's highest peaks."""

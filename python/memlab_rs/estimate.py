@@ -11,17 +11,18 @@ budget over such estimates.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from . import _core, _torch
+from . import _core, _torch, results
 from ._categories import CATEGORIES
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -47,8 +48,18 @@ class MemoryEstimate:
     ``peak_allocated`` predicts ``torch.cuda.max_memory_allocated()`` (or the CPU source's
     peak) of the step, starting from the parameters, buffers and inputs already on the
     device; ``peak_step`` says whether the first step (which creates the optimizer state) or
-    the second, steady one peaks. Every figure is defined in docs/guide.md.
+    the second, steady one peaks. Every figure is defined in docs/guide.md. ``save(path)``
+    writes an ``estimate`` result file; ``memlab_rs.load`` reads it back, rendering the same.
+
+    >>> import os, tempfile, torch, memlab_rs
+    >>> est = memlab_rs.estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")
+    >>> path = os.path.join(tempfile.mkdtemp(), "estimate.json")
+    >>> est.save(path)
+    >>> memlab_rs.load(path) == est
+    True
     """
+
+    kind: ClassVar[str] = "estimate"
 
     model: str
     device: str
@@ -73,6 +84,10 @@ class MemoryEstimate:
     allocations: int
     seconds: float
     notes: list[str]
+    #: Where and when it was made (``results.run_meta``; ``device``: the device modelled).
+    meta: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: results.run_meta(None), compare=False, repr=False
+    )
 
     @property
     def activations_at_peak(self) -> int:
@@ -119,8 +134,7 @@ class MemoryEstimate:
         >>> est.to_dict()["parameters"]
         440
         """
-        data = dataclasses.asdict(self)
-        data["step_peaks"] = {str(k): v for k, v in self.step_peaks.items()}
+        data = self.to_data()
         data["activations_at_peak"] = self.activations_at_peak
         return data
 
@@ -128,6 +142,63 @@ class MemoryEstimate:
         """``to_dict()`` as JSON."""
         return json.dumps(self.to_dict(), indent=indent)
 
+    def to_data(self) -> dict[str, Any]:
+        """The estimate as JSON values (a saved file's ``data``): every field but ``meta``,
+        ``step_peaks`` keyed by the step's number as a string."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del data["meta"]
+        data = copy.deepcopy(data)
+        data["step_peaks"] = {str(k): v for k, v in self.step_peaks.items()}
+        return data
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryEstimate:
+        """The estimate from a saved file's ``data`` and ``meta``."""
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "meta":
+                continue
+            kind = _FIELD_TYPES.get(f.name, int)
+            if kind is dict:
+                found = results.expect(data, f.name, dict, "estimate")
+                for key in found:
+                    results.expect(found, key, int, f"estimate {f.name}")
+                fields[f.name] = dict(found)
+            elif kind is list:
+                found = results.expect(data, f.name, list, "estimate")
+                if not all(isinstance(n, str) for n in found):
+                    raise ValueError(f'estimate: "{f.name}" must be a list of strings')
+                fields[f.name] = list(found)
+            else:
+                fields[f.name] = results.expect(data, f.name, kind, "estimate")
+        try:
+            fields["step_peaks"] = {int(k): v for k, v in fields["step_peaks"].items()}
+        except ValueError:
+            raise ValueError('estimate: "step_peaks" must be keyed by step numbers') from None
+        if "activation" not in fields["peak_by_category"]:
+            raise ValueError('estimate: "peak_by_category" has no "activation"')
+        return cls(**fields, meta=meta)
+
+
+# The saved fields that are not ints: what ``from_data`` checks each against.
+_FIELD_TYPES: dict[str, Any] = {
+    "model": str,
+    "device": str,
+    "dtype": (str, None),
+    "peak_phase": str,
+    "peak_by_category": dict,
+    "phase_peaks": dict,
+    "phase_ends": dict,
+    "step_peaks": dict,
+    "seconds": float,
+    "notes": list,
+}
+
+results.register("estimate", MemoryEstimate.from_data)
 
 OptimizerSpec = Callable[..., torch.optim.Optimizer]
 
@@ -353,6 +424,7 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
         allocations=len(book.categories),
         seconds=time.perf_counter() - started,
         notes=notes,
+        meta=results.run_meta(str(device)),
     )
 
 

@@ -51,8 +51,9 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _backward_calls, _core, _torch
+from . import _backward_calls, _core, _torch, results
 from ._categories import CATEGORIES
+from .monitor_result import MonitorResult
 
 _autograd = torch._C._autograd
 
@@ -170,6 +171,12 @@ class MemoryMonitor:
         self._backwards = 0
         self._grads: list[int] = []  # per row, at the last backward end
         self._source: Any = _core.MonitorSource(self._device)
+        # The record every rendering reads (text, CSV, plots): it shares ``records`` and
+        # ``_details``, so ``result()`` is a copy of it, and a loaded result renders alike.
+        csv_names = [name for name, _ps, _n in _param_rows(model)]
+        self._result = MonitorResult(
+            self._device, verbose, self._print_period, csv_names, self.records, self._details
+        )
         self._csv_path: str | None = None
         if csv:
             self._csv_path = self._open_csv(os.fspath(csv_dir))
@@ -249,43 +256,28 @@ class MemoryMonitor:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def result(self) -> MonitorResult:
+        """The record so far as data (later iterations leave it as it is): it renders as
+        this monitor does, and saves as a ``monitor`` result file (``save``)."""
+        with self._lock:
+            return self._result._snapshot(results.run_meta(self._device))
+
     def rows(self) -> list[dict[str, Any]]:
         """One plain dict per recorded iteration (bytes; keys in docs/guide.md)."""
-        return [dict(r) for r in self.records]
+        return self._result.rows()
 
     def to_dataframe(self) -> Any:
         """The rows as a pandas DataFrame (needs pandas)."""
-        try:
-            import pandas
-        except ImportError:
-            raise ImportError("to_dataframe() needs pandas: pip install pandas") from None
-        return pandas.DataFrame(self.rows())
+        return self._result.to_dataframe()
 
     def text(self, iteration: int | None = None) -> str:
         """The original's block for one recorded iteration: ``iteration`` is the ``step``
         of a row (1, 2, ... over the monitor's life); None means the latest."""
-        if not self.records:
-            raise ValueError("text(): nothing recorded yet; call record_stats() first")
-        if iteration is None:
-            index = len(self.records) - 1
-        elif isinstance(iteration, int) and 1 <= iteration <= len(self.records):
-            index = iteration - 1
-        else:
-            raise ValueError(
-                f"text(iteration={iteration!r}): steps recorded are 1 to {len(self.records)}"
-            )
-        r = self.records[index]
-        modules, names, nbytes, grads = self._details[index]
-        return _core._monitor_text(
-            _figures(r), modules if self._verbose else [], names, nbytes, grads, r["notice"]
-        )
+        return self._result.text(iteration)
 
     def plot_html(self) -> str:
         """Memory per iteration by category as one self-contained HTML fragment."""
-        labels = [f"{r['epoch']}:{r['iteration']}" for r in self.records]
-        values = [[r[c] for c in CATEGORIES] for r in self.records]
-        title = f"memlab_rs monitor — {self._device}, peak allocated by category per iteration"
-        return _core._monitor_html(title, list(CATEGORIES), labels, values)
+        return self._result.plot_html()
 
     def _repr_html_(self) -> str:
         return self.plot_html()
@@ -293,29 +285,7 @@ class MemoryMonitor:
     def plot_png(self, path: str | os.PathLike[str]) -> None:
         """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
         matplotlib)."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ImportError("plot_png() needs matplotlib: pip install matplotlib") from None
-        if not self.records:
-            raise ValueError("plot_png(): nothing recorded yet; call record_stats() first")
-        steps = [r["step"] for r in self.records]
-        fig, ax = plt.subplots(figsize=(8, 4))
-        bottom = [0.0] * len(steps)
-        for name in CATEGORIES:
-            heights = [r[name] / 1e6 for r in self.records]
-            ax.bar(steps, heights, bottom=bottom, label=name)
-            bottom = [b + h for b, h in zip(bottom, heights)]
-        ax.set_xlabel("recorded iteration")
-        ax.set_ylabel("MB at the iteration's peak")
-        ax.set_title(f"memory per iteration by category ({self._device})")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.fspath(path))
-        plt.close(fig)
+        self._result.plot_png(path)
 
     @property
     def csv_path(self) -> str | None:
@@ -641,17 +611,15 @@ class MemoryMonitor:
     def _open_csv(self, directory: str) -> str:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, datetime.now().strftime("%Y%m%d%H%M%S") + ".csv")
-        names = [name for name, _ps, _n in _param_rows(self._model)]
         with open(path, "w") as f:
-            f.write(_core._monitor_csv_header(names))
+            f.write(self._result.csv_header())
         print(f"Logging data in {path}", file=self._file or sys.stdout)
         return path
 
     def _write_csv_row(self) -> None:
         assert self._csv_path is not None
         with open(self._csv_path, "a") as f:
-            _modules, names, nbytes, grads = self._details[-1]
-            f.write(_core._monitor_csv_row(_figures(self.records[-1]), names, nbytes, grads))
+            f.write(self._result.csv_row())
 
     def _check_running(self, what: str) -> None:
         if self._stopped:
@@ -710,18 +678,6 @@ def _call_key(args: Any, kwargs: Any, training: bool, device_type: str) -> tuple
     add(args, 0)
     add(kwargs, 0)
     return tuple(key)
-
-
-def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:
-    return (
-        r["iteration"],
-        r["epoch"],
-        r["peak_cached"],
-        r["current_cached"],
-        r["feature_maps"],
-        r["intermediate_gradients"],
-        r["optimizer_state_usage"],
-    )
 
 
 def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:

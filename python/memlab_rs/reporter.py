@@ -278,7 +278,6 @@ class MemReporter:
         -------------------------------------------------------------------------------
         Storage on cpu
         weight                                                (2, 2)    16.00B
-        ... 1 more tensors                                                8.00B
         ...
         """
         wanted, top = _view_arguments(device, top)

@@ -211,13 +211,29 @@ def load(path: str | os.PathLike[str]) -> Any:
     memlab_rs result, a newer schema, an unknown kind.
     """
     name = os.fspath(path)
+    return from_document(read_document(name), name)
+
+
+def read_document(path: str | os.PathLike[str]) -> Any:
+    """The parsed JSON of a file, gzip-compressed or not (told by its first bytes, so a
+    renamed file reads too); a ValueError naming the file when it is not JSON.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "doc.json")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"a": 1}')
+    >>> read_document(path)
+    {'a': 1}
+    """
+    name = os.fspath(path)
     try:
-        if name.endswith(".gz"):
+        with open(name, "rb") as raw:
+            compressed = raw.read(2) == b"\x1f\x8b"
+        if compressed:
             with gzip.open(name, "rt", encoding="utf-8") as f:
-                doc = json.load(f)
-        else:
-            with open(name, encoding="utf-8") as f:
-                doc = json.load(f)
+                return json.load(f)
+        with open(name, encoding="utf-8") as f:
+            return json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"{name}: no such result file") from None
     except (UnicodeDecodeError, json.JSONDecodeError, OSError, EOFError) as e:
@@ -225,7 +241,6 @@ def load(path: str | os.PathLike[str]) -> Any:
             f"{name}: not a memlab_rs result file (not JSON: {e}); results are written by "
             "save() or `memlab-rs run`"
         ) from None
-    return from_document(doc, name)
 
 
 def loads(text: str, name: str = "<string>") -> Any:
@@ -241,7 +256,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
     """The result object of a parsed result document."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError(
-            f"{name}: not a memlab_rs result file (no \"format\": \"{FORMAT}\"); results "
+            f'{name}: not a memlab_rs result file (no "format": "{FORMAT}"); results '
             "are written by save() or `memlab-rs run`"
         )
     schema = doc.get("schema")
@@ -270,7 +285,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         raise ValueError(f"{name}: unknown result kind {kind!r} (known: {known})")
     meta, data = doc.get("meta"), doc.get("data")
     if not isinstance(meta, dict) or not isinstance(data, dict):
-        raise ValueError(f"{name}: a {kind} result without its \"meta\" or \"data\" object")
+        raise ValueError(f'{name}: a {kind} result without its "meta" or "data" object')
     try:
         return KINDS[kind](data, meta)
     except (KeyError, TypeError, ValueError, IndexError) as e:
@@ -279,4 +294,21 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
 
 def _import_kinds() -> None:
     """Import the modules whose result classes register kinds."""
-    from . import line_result, merge, reporter, tracker  # noqa: F401
+    import importlib
+
+    for module in _KIND_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+
+
+#: The modules whose import registers a kind (by module name: ``memlab_rs.estimate`` the
+#: attribute is the function, so ``from . import estimate`` would not name the module).
+_KIND_MODULES = (
+    "line_result",
+    "reporter",
+    "tracker",
+    "estimate",
+    "monitor_result",
+    "trace",
+    "pytest_result",
+    "merge",
+)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import _core, _cpu_source  # noqa: F401  (_cpu_source registers the CPU glue)
+from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
 from ._torch import device_key
 
 DEFAULT_MAX_ENTRIES = 1_000_000
@@ -81,20 +81,36 @@ class PeakRow:
 
 class TraceResult:
     """A recording and its analysis. Renders as the peak tracer's table (``str``), HTML in
-    Jupyter, CSV, JSON, a data frame, a timeline; saves as a snapshot torch's tools read.
+    Jupyter, CSV, JSON, a data frame, a timeline; saves as a ``trace`` result file
+    (``save("x.json")`` or ``.json.gz``, read by ``memlab_rs.load`` and ``trace.load``) or
+    as a snapshot pickle torch's tools read (any other name).
 
-    >>> import torch, memlab_rs.trace as trace
+    >>> import os, tempfile, torch, memlab_rs, memlab_rs.trace as trace
     >>> with trace.Tracer(device="cpu") as tr:
     ...     x = torch.empty(256, 1024)
     >>> tr.result.rows("cpu")[0].bytes >= 1 << 20
     True
+    >>> path = os.path.join(tempfile.mkdtemp(), "trace.json.gz")
+    >>> tr.result.save(path)
+    >>> memlab_rs.load(path).text() == tr.result.text()
+    True
     """
 
-    def __init__(self, snapshot: dict, exclude: list[str] | None = None):
+    kind = "trace"
+
+    def __init__(
+        self,
+        snapshot: dict,
+        exclude: list[str] | None = None,
+        meta: dict[str, Any] | None = None,
+    ):
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
         self.exclude = list(default_exclude() if exclude is None else exclude)
         self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+        #: Where and when the result was made (``results.run_meta``); ``device`` is the
+        #: device recorded when there is one.
+        self.meta = self._made_here() if meta is None else meta
 
     @classmethod
     def _from_analysis(cls, analysis: Any, path: str, exclude: list[str]) -> TraceResult:
@@ -104,7 +120,12 @@ class TraceResult:
         result._path = path
         result.exclude = exclude
         result._analysis = analysis
+        result.meta = result._made_here(snapshot_file=os.path.abspath(path))
         return result
+
+    def _made_here(self, **extra: Any) -> dict[str, Any]:
+        devices = self.devices
+        return results.run_meta(devices[0] if len(devices) == 1 else None, **extra)
 
     @property
     def snapshot(self) -> dict:
@@ -290,8 +311,14 @@ class TraceResult:
         keyword_plot_png([(g, b / mib) for g, b in found], expected / mib, path)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Save the recording as a pickle (protocol 4) that ``load`` and
-        pytorch.org/memory_viz both read."""
+        """Save the result: a path ending in ``.json`` or ``.json.gz`` gets a ``trace``
+        result file (the snapshot, the exclude list and ``meta``; ``memlab_rs.load`` and
+        ``trace.load`` read it), any other a snapshot pickle (protocol 4) that ``load``,
+        torch's tools and pytorch.org/memory_viz read."""
+        name = os.fspath(path)
+        if name.endswith((".json", ".json.gz")):
+            results.save(self, name)
+            return
         if self._snapshot is None and self._path is not None:
             with open(self._path, "rb") as src:
                 protocol4 = src.read(2) == b"\x80\x04"
@@ -301,6 +328,29 @@ class TraceResult:
                 return
         with open(path, "wb") as f:
             pickle.dump(self.snapshot, f, protocol=4)
+
+    def to_data(self) -> dict[str, Any]:
+        """The result as JSON values (a saved file's ``data``): ``source``, ``exclude``, and
+        the snapshot with its frames and stacks listed once (``frames``, ``stacks``)."""
+        from ._trace_saved import encode
+
+        return {"source": self.source, "exclude": list(self.exclude), **encode(self.snapshot)}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TraceResult:
+        """The result from a saved file's ``data`` and ``meta``."""
+        from ._trace_saved import decode
+
+        exclude = results.expect(data, "exclude", list, "trace")
+        if not all(isinstance(p, str) for p in exclude):
+            raise ValueError('trace: "exclude" must be a list of strings')
+        source = results.expect(data, "source", str, "trace")
+        result = cls(decode(data), exclude, meta)
+        if result.source != source:
+            raise ValueError(
+                f'trace: "source" says {source!r} but the snapshot is a {result.source} one'
+            )
+        return result
 
     def export_memory_viz(self, path: str | os.PathLike, format: str = "pickle") -> None:
         """Write the recording in the form pytorch.org/memory_viz opens (pickle protocol 4
@@ -320,6 +370,9 @@ class TraceResult:
         return self._analysis.html()
 
 
+results.register("trace", TraceResult.from_data)
+
+
 def _driver_used(index: int) -> int | None:
     """Bytes in use on a CUDA device by the driver's count (cudarc; None without a driver)."""
     found = _core.driver_device_memory(index) if _core.driver_available() else None
@@ -328,8 +381,10 @@ def _driver_used(index: int) -> int | None:
 
 def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> TraceResult:
     """Analyse a snapshot you already have: a pickle from
-    ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), or the dict of
-    ``torch.cuda.memory._snapshot()``. Runs anywhere, GPU or not.
+    ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), a ``trace`` result
+    file (``TraceResult.save("x.json")``, gzip or not), a snapshot as JSON
+    (``export_memory_viz(format="json")``), or the dict of ``torch.cuda.memory._snapshot()``.
+    Runs anywhere, GPU or not. ``exclude`` replaces a result file's own exclude list.
 
     >>> import memlab_rs.trace as trace
     >>> trace.load({"segments": [], "device_traces": [[]]}).devices
@@ -342,6 +397,8 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+    if _is_json(path):
+        return _load_json(path, exclude)
     excluded = list(default_exclude() if exclude is None else exclude)
     try:
         # Streams the pickle into compact records: no dict of the whole snapshot in memory.
@@ -352,6 +409,45 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
         # A pickle the streaming reader does not read (protocol 0/1, other objects).
         return TraceResult(_read_pickle(path), excluded)
     return TraceResult._from_analysis(analysis, path, excluded)
+
+
+def _is_json(path: str) -> bool:
+    """Whether the file at ``path`` is JSON or gzip (a pickle starts with its opcode)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no snapshot file at {path!r}") from None
+    return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{"
+
+
+def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
+    """A ``trace`` result file, or a snapshot written as JSON."""
+    try:
+        doc = results.read_document(path)
+    except ValueError:
+        raise ValueError(
+            f"{path}: neither a snapshot pickle nor a memlab_rs result (gzip or JSON that "
+            "does not parse)"
+        ) from None
+    if isinstance(doc, dict) and "format" in doc:
+        found = results.from_document(doc, path)
+        if not isinstance(found, TraceResult):
+            raise ValueError(
+                f"{path}: a memlab_rs {found.kind} result, not a trace; read it with "
+                "memlab_rs.load"
+            )
+        if exclude is None:
+            return found
+        return TraceResult(found.snapshot, exclude, found.meta)
+    if isinstance(doc, dict) and "segments" in doc and "device_traces" in doc:
+        result = TraceResult(doc, exclude)
+        result.meta["snapshot_file"] = os.path.abspath(path)
+        return result
+    raise ValueError(
+        f"{path}: JSON, but neither a memlab_rs result nor a snapshot (no \"segments\" and "
+        '"device_traces")'
+    )
 
 
 def _read_pickle(path: str) -> dict:
@@ -470,7 +566,7 @@ class Tracer:
             }
         else:
             snapshot = _core._cpu_trace_stop()
-        self.result = TraceResult(snapshot, self.exclude)
+        self.result = TraceResult(snapshot, self.exclude, results.run_meta(self.device))
         return self.result
 
     def __enter__(self) -> Tracer:

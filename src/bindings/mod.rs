@@ -5,5 +5,6 @@ pub mod estimate;
 pub mod line_report;
 pub mod monitor;
 pub mod tensor_report;
+pub mod test_memory;
 pub mod trace;
 pub mod tracker;

@@ -24,6 +24,12 @@ impl MonitorRowNames {
     fn __len__(&self) -> usize {
         self.names.len()
     }
+
+    /// The names, in row order (what a saved monitor result holds).
+    #[getter]
+    fn names(&self) -> Vec<String> {
+        self.names.clone()
+    }
 }
 
 /// (name, bytes, gradient bytes) per row, or an error naming the mismatch.

@@ -1,0 +1,119 @@
+"""One test's memory, as the pytest plugin measured it: what ``--memlab-save DIR`` writes, one
+file per test, and ``memlab_rs.load`` reads back (kind ``test_memory``).
+
+A test is measured over its call (not its setup or teardown) on each device the plugin
+watched: the peak (the highest allocated bytes during the call minus those allocated when
+it began), the bytes allocated when it began, the marker's limit if it had one, and, for a
+test with a limit, what the call allocated that was alive at the peak, by source line.
+
+>>> from memlab_rs.pytest_result import PytestMemoryResult
+>>> result = PytestMemoryResult(
+...     "test_a.py::test_big", "passed",
+...     [{"device": "cpu", "peak_bytes": 1048576, "start_bytes": 0, "limit_bytes": None,
+...       "rows": [], "notices": []}],
+...     meta={"device": "cpu"})
+>>> print(result.text(), end="")
+test_a.py::test_big: passed
+cpu: peak 1,048,576 bytes (1.0 MiB) above the 0 allocated when the call began
+>>> result.peak_bytes("cpu")
+1048576
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _core, results
+
+
+def _measurement(m: dict[str, Any]) -> dict[str, Any]:
+    """A measurement checked and normalised (a saved file's, or one the plugin made)."""
+    limit = m.get("limit_bytes")
+    return {
+        "device": str(m["device"]),
+        "peak_bytes": int(m["peak_bytes"]),
+        "start_bytes": int(m["start_bytes"]),
+        "limit_bytes": None if limit is None else int(limit),
+        "rows": [
+            {"location": str(r["location"]), "bytes": int(r["bytes"]), "count": int(r["count"])}
+            for r in m.get("rows", [])
+        ],
+        "notices": [str(n) for n in m.get("notices", [])],
+    }
+
+
+def _as_tuple(m: dict[str, Any]) -> Any:
+    """A measurement as the renderers take it."""
+    rows = [(r["location"], r["bytes"], r["count"]) for r in m["rows"]]
+    return (m["device"], m["peak_bytes"], m["start_bytes"], m["limit_bytes"], rows, m["notices"])
+
+
+class PytestMemoryResult:
+    """One test's memory: its node id, outcome (``passed``, ``failed``, ``skipped``) and one
+    measurement per device (a dict: ``device``, ``peak_bytes``, ``start_bytes``,
+    ``limit_bytes`` or None, ``rows``: [{``location``, ``bytes``, ``count``}], ``notices``)."""
+
+    kind = "test_memory"
+
+    def __init__(
+        self,
+        nodeid: str,
+        outcome: str,
+        measurements: list[dict[str, Any]],
+        meta: dict[str, Any],
+    ):
+        self.nodeid = nodeid
+        self.outcome = outcome
+        self.measurements = [_measurement(m) for m in measurements]
+        self.meta = meta
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices measured, in measurement order."""
+        return [m["device"] for m in self.measurements]
+
+    def measurement(self, device: str) -> dict[str, Any]:
+        """The measurement of ``device`` (``"cpu"``, ``"cuda:0"``)."""
+        for m in self.measurements:
+            if m["device"] == device:
+                return m
+        have = ", ".join(self.devices) or "none"
+        raise ValueError(f"{self.nodeid} was not measured on {device!r} (measured: {have})")
+
+    def peak_bytes(self, device: str) -> int:
+        """The call's peak on ``device``: its highest allocated bytes minus those allocated
+        when it began."""
+        return int(self.measurement(device)["peak_bytes"])
+
+    def text(self) -> str:
+        """The node id and outcome, then per device the peak, the limit, and the rows alive
+        at the peak."""
+        return _core._test_memory_text(
+            self.nodeid, self.outcome, [_as_tuple(m) for m in self.measurements]
+        )
+
+    def __str__(self) -> str:
+        return self.text()
+
+    __repr__ = __str__
+
+    def to_data(self) -> dict[str, Any]:
+        """The result as JSON values (the saved file's ``data``)."""
+        return {
+            "nodeid": self.nodeid,
+            "outcome": self.outcome,
+            "measurements": self.measurements,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> PytestMemoryResult:
+        """The result from a saved file's ``data`` and ``meta``."""
+        return cls(str(data["nodeid"]), str(data["outcome"]), list(data["measurements"]), meta)
+
+
+results.register(PytestMemoryResult.kind, PytestMemoryResult.from_data)
