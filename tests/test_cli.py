@@ -275,15 +275,20 @@ def test_run_output_names_carry_rank_and_kind(workdir: Path):
     pid = saved(workdir)[0].name.split(".")[2]
     assert [p.name for p in saved(workdir, "memlab_rs.*")] == [
         f"memlab_rs.train.{pid}.rank1.json",
-        f"memlab_rs.train.{pid}.rank1.trace.pickle",
+        f"memlab_rs.train.{pid}.rank1.trace.json",
     ]
     result = memlab_rs.load(saved(workdir)[0])
     assert (result.meta["rank"], result.meta["world_size"]) == (1, 2)
     assert result.text().startswith("# rank 1 of 2 (cpu on ")
-    trace = memlab_rs.trace.load(str(workdir / f"memlab_rs.train.{pid}.rank1.trace.pickle"))
+    trace = memlab_rs.load(workdir / f"memlab_rs.train.{pid}.rank1.trace.json")
+    assert trace.kind == "trace" and (trace.meta["rank"], trace.meta["world_size"]) == (1, 2)
     assert trace.max_mem("cpu") >= 3 * MiB
-    shown = cli("show", f"memlab_rs.train.{pid}.rank1.trace.pickle", cwd=workdir)
+    shown = cli("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.text()
+    # a snapshot pickle (TraceResult.save("x.pickle")) shows too
+    trace.save(workdir / "snapshot.pickle")
+    shown = cli("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
+    assert shown.returncode == 0 and shown.stdout == trace.to_csv()
     # -o: placeholders, .gz, and the rank inserted when the name has none
     proc = cli("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env)
     assert proc.returncode == 0 and proc.stderr == ""

@@ -9,8 +9,7 @@ saved to its own file:
 =================  ==============================================================
 line profile       ``memlab_rs.<stem>.<pid>[.rank<R>].json`` (or ``-o FILE``)
 tensor report      the same name with ``.tensor_report`` before the extension
-trace              the same name with ``.trace``, as a ``.pickle`` (what
-                   ``memlab_rs.trace.load`` and pytorch.org/memory_viz read)
+trace              the same name with ``.trace`` before the extension
 =================  ==============================================================
 
 ``<stem>`` is the script's name without ``.py`` (the module's name for ``-m``); the rank
@@ -92,8 +91,8 @@ def _save_all(
     try:
         if tracer is not None:
             trace = tracer.stop()
-            path = _with_kind(base, ".trace", ".pickle")
-            trace.save(path)
+            path = _with_kind(base, ".trace")
+            trace.save(path)  # a trace result file (.json or .json.gz)
             saved.append(("trace", path))
         profiler = _existing()
         if profiler is not None and profiler._names:
@@ -200,8 +199,8 @@ def _with_kind(path: str, kind: str, extension: str | None = None) -> str:
     """``path`` with ``kind`` inserted before its extension (``.json.gz`` counts as one),
     and the extension replaced by ``extension`` when given.
 
-    >>> _with_kind("out.json.gz", ".trace", ".pickle"), _with_kind("out.json", ".rank1")
-    ('out.trace.pickle', 'out.rank1.json')
+    >>> _with_kind("out.json.gz", ".trace"), _with_kind("out.json", ".rank1", ".pickle")
+    ('out.trace.json.gz', 'out.rank1.pickle')
     """
     folder, name = os.path.split(path)
     if name.endswith(".json.gz"):

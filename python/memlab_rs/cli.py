@@ -94,7 +94,7 @@ decorating them, --report saves a MemReporter tensor report of what the script's
 hold when it ends, --trace records the allocation history.
 
 Results are saved in the current directory as memlab_rs.<script>.<pid>[.rank<R>].json
-(the line profile), .tensor_report.json and .trace.pickle; the rank part is there when
+(the line profile), .tensor_report.json and .trace.json; the rank part is there when
 the job has several processes (torchrun). Each rank profiles its own device: the local
 rank's GPU (LOCAL_RANK), else the CPU."""
 
@@ -425,7 +425,7 @@ def _load(path: str) -> Any:
 
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
-    if path.endswith((".pickle", ".pkl")):  # a trace recording (--trace saves one)
+    if path.endswith((".pickle", ".pkl")):  # a trace snapshot (Tracer.result.save(x.pickle))
         from . import trace
 
         return trace.load(path)
