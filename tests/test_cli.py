@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 import memlab_rs
 
@@ -582,3 +583,29 @@ def test_run_profiles_this_rank_gpu_by_default(tmp_path: Path):
     assert result.meta["device"] == f"cuda:{last}"
     (line,) = [r for r in result.records() if "torch.zeros" in r["code"]]
     assert line["allocated_bytes.all.allocated"] == MiB
+
+
+def test_show_renders_the_other_kinds(tmp_path: Path, capsys):
+    """`show` renders any kind memlab_rs.load reads as the result renders itself (in
+    process: the same main() the console script calls)."""
+    from memlab_rs import cli as command_line
+    from memlab_rs.models import TinyGPT
+
+    tracker = memlab_rs.MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    kept = torch.zeros(256, 1024)
+    tracked = tracker.track()
+    model = TinyGPT(vocab=64, dim=32, layers=1, heads=4, context=16)
+    estimated = memlab_rs.estimate(model, torch.zeros(2, 8, dtype=torch.long), device="cpu")
+    for result, name in ((tracked, "tracker.json"), (estimated, "estimate.json.gz")):
+        path = str(tmp_path / name)
+        result.save(path)
+        assert command_line.main(["show", path]) == 0
+        assert capsys.readouterr().out == result.text()
+        assert command_line.main(["show", path, "--format", "html"]) == 0
+        assert capsys.readouterr().out == result._repr_html_() + "\n"
+        assert command_line.main(["show", path, "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["kind"] == result.kind
+        assert command_line.main(["show", path, "--format", "csv"]) == 2
+        assert f"a {result.kind} has no CSV form" in capsys.readouterr().err
+    del kept
