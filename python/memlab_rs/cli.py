@@ -48,10 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     try:
         return int(args.handler(args))
+    except BrokenPipeError:  # `memlab-rs show ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
     except (CliError, ValueError, TypeError, OSError) as error:
         return _error(args.command, error)
-    except BrokenPipeError:  # `memlab-rs show ... | head`
-        return 0
 
 
 def _error(command: str, error: BaseException) -> int:
