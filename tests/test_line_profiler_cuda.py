@@ -442,3 +442,29 @@ print("pool_segments", len(pool.snapshot()))
     )
     assert printed_ints(out, "pool_segments")[0] > 0  # the steps allocated in the pool
     assert_equal_to_the_binding(out)
+
+
+def test_default_target_gpu_is_this_process_gpu(script):
+    """Left at its default, target_gpu is this process's GPU: LOCAL_RANK (modulo the GPUs
+    seen) before CUDA is initialised, the current device after; an explicit 0 is GPU 0."""
+    out = script(
+        """
+        import os, torch, memlab_rs
+        count = torch.cuda.device_count()
+        last = count - 1
+        os.environ["LOCAL_RANK"] = str(last)
+        from_env = memlab_rs.LineProfiler().target_gpu
+        os.environ["LOCAL_RANK"] = str(count + last)  # one GPU seen per rank: modulo
+        wrapped = memlab_rs.LineProfiler().target_gpu
+        assert not torch.cuda.is_initialized()
+        torch.cuda.set_device(last)
+        torch.zeros(1, device="cuda")
+        os.environ["LOCAL_RANK"] = "0"
+        current = memlab_rs.LineProfiler()
+        explicit = memlab_rs.LineProfiler(target_gpu=0).target_gpu
+        print(from_env, wrapped, current.target_gpu, current.device, explicit, last)
+        """
+    )
+    from_env, wrapped, current, device, explicit, last = out.split()
+    assert (from_env, wrapped, current, explicit) == (last, last, last, "0")
+    assert device == f"cuda:{last}"

@@ -8,9 +8,11 @@ from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+from .diff import ResultDiff, diff_results
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .line_result import LineProfileResult
+from .merge import MergedLineProfile, MergedTensorReport, gather_results, merge_results
 from .monitor import MemoryMonitor, memory_profiler
 from .monitor_result import MonitorResult
 from .profile import (
@@ -35,22 +37,28 @@ __all__ = [
     "LineRecordsDisplay",
     "MemReporter",
     "MemTracker",
+    "MergedLineProfile",
+    "MergedTensorReport",
     "MemoryEstimate",
     "MemoryMonitor",
     "MemoryReport",
     "MonitorResult",
     "PytestMemoryResult",
     "RestoreReport",
+    "ResultDiff",
     "TensorRow",
     "TrackResult",
     "TrackRow",
     "YieldReport",
     "clear_global_line_profiler",
+    "diff_results",
     "estimate",
+    "gather_results",
     "global_line_profiler",
     "load",
     "max_batch_size",
     "memory_profiler",
+    "merge_results",
     "profile",
     "profile_every",
     "readable_size",

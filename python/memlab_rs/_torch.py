@@ -6,6 +6,7 @@ Importing this module imports torch but never initialises CUDA.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -14,6 +15,24 @@ import torch
 def cuda_ready() -> bool:
     """Whether CUDA is already initialised in this process (asking never initialises it)."""
     return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def local_cuda_index() -> int:
+    """This process's GPU: the current device once CUDA is initialised, else torchrun's
+    ``LOCAL_RANK`` (modulo the GPUs this process sees, so a rank given one GPU through
+    ``CUDA_VISIBLE_DEVICES`` gets index 0), else 0. Never initialises CUDA.
+
+    The tools default to it, so under ``torchrun`` each rank profiles its own GPU, even when
+    a profiler is made (at ``@profile``, say) before the script calls ``set_device``.
+    """
+    if cuda_ready():
+        return torch.cuda.current_device()
+    try:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        return 0
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return local % count if count > 0 and local >= 0 else 0
 
 
 def device_key(device: torch.device | str | int, name: str = "device") -> str:

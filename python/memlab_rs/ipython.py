@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import types
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ._line_targets import defined_functions
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler
 
 # Options that take a value, in every spelling (the statement starts after the options).
@@ -47,16 +47,6 @@ def _split(line: str) -> tuple[str, str]:
                 raise UsageError(f"%mlrun: option {token} needs a value")
             options.append(value.group())
             at = value.end()
-
-
-def _code_objects(code: types.CodeType, prefix: str = ""):
-    """(qualname, code) of every function and method defined in compiled ``code``."""
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            name = getattr(const, "co_qualname", None) or f"{prefix}{const.co_name}"
-            if not const.co_name.startswith("<"):
-                yield name, const
-            yield from _code_objects(const, f"{name}.")
 
 
 @magics_class
@@ -115,7 +105,7 @@ class MemlabMagics(Magics):
             compiled = compile(source, filename, "exec")
         except SyntaxError as error:
             raise UsageError(f"%mlrun: the code to run is not valid Python: {error}") from None
-        defined = dict(_code_objects(compiled))
+        defined = dict(defined_functions(compiled))
         try:  # a GPU or device that does not exist, before anything runs
             profiler = LineProfiler(target_gpu=args.gpu, device=args.device)
         except (TypeError, ValueError) as error:

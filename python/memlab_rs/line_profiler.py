@@ -21,11 +21,24 @@ import torch
 
 from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
 from ._columns import catalogue, check_columns
-from ._torch import check_target_gpu, line_profiler_device
+from ._torch import check_target_gpu, line_profiler_device, local_cuda_index
 from .line_result import DEFAULT_COLUMNS, LineProfileResult
 
 # The bytes a line allocated that were still alive at the peak (from the allocation history).
 PEAK_LIVE = "peak_live"
+
+
+class _ThisProcessGpu(int):
+    """``target_gpu``'s default: this process's GPU (``_torch.local_cuda_index()``: the
+    current device, else torchrun's ``LOCAL_RANK``). It equals pytorch_memlab's default, 0,
+    and is 0 in a single process that never called ``torch.cuda.set_device``; an explicit
+    ``target_gpu=0`` still means GPU 0."""
+
+    def __repr__(self) -> str:
+        return "0"
+
+
+_THIS_PROCESS_GPU = _ThisProcessGpu(0)
 
 
 def _code_of(func: Any) -> tuple[types.CodeType, str] | None:
@@ -70,16 +83,24 @@ class LineRecordsDisplay:
     'No data collected\\n'
     """
 
-    def __init__(self, view: _core.LineReportView):
+    def __init__(self, view: _core.LineReportView, heading: str | None = None):
         self._view = view
+        #: Which rank the report comes from, in a job of several processes (else None).
+        self.heading = heading
 
     def __repr__(self) -> str:
-        return self._view.text()
+        text = self._view.text()
+        return text if self.heading is None else f"# {self.heading}\n\n{text}"
 
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        return self._view.html()
+        html = self._view.html()
+        if self.heading is None:
+            return html
+        from html import escape
+
+        return f"<p><b>{escape(self.heading)}</b></p>\n{html}"
 
     @property
     def columns(self) -> list[str]:
@@ -127,7 +148,9 @@ class LineProfiler:
 
     ``device`` picks the memory to read: ``"cuda"`` (the caching allocator of
     ``target_gpu``), ``"cuda:N"``, or ``"cpu"`` (live CPU tensor storages). The default is
-    CUDA when it is available, else CPU.
+    CUDA when it is available, else CPU. ``target_gpu`` left at its default is this
+    process's GPU: the current device once CUDA is initialised, else ``LOCAL_RANK`` (so each
+    rank of a ``torchrun`` job profiles its own GPU), else 0, as in pytorch_memlab.
 
     >>> import torch
     >>> def make():
@@ -142,10 +165,12 @@ class LineProfiler:
     def __init__(
         self,
         *functions: Callable[..., Any],
-        target_gpu: Any = 0,
+        target_gpu: Any = _THIS_PROCESS_GPU,
         device: Any = None,
         peak_live: bool = False,
     ):
+        if target_gpu is _THIS_PROCESS_GPU:
+            target_gpu = local_cuda_index()
         self._target_gpu = _gpu_index(target_gpu)
         check_target_gpu(self._target_gpu, target_gpu)
         self._collector = _core.LineCollector(line_profiler_device(device, self._target_gpu))

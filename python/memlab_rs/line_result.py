@@ -81,15 +81,16 @@ class LineProfileResult:
         or a list of them; None for all) with ``columns`` (None: every saved column)."""
         from .line_profiler import LineRecordsDisplay
 
-        return LineRecordsDisplay(self._view(func, columns))
+        return LineRecordsDisplay(self._view(func, columns), results.rank_heading(self.meta))
 
     def text(self, func: Any = None, columns: Sequence[str] | None = DEFAULT_COLUMNS) -> str:
-        """pytorch_memlab's text report."""
-        return self._view(func, columns).text()
+        """pytorch_memlab's text report (under a line naming the rank, in a job of several
+        processes)."""
+        return str(self.display(func, columns))
 
     def html(self, func: Any = None, columns: Sequence[str] | None = DEFAULT_COLUMNS) -> str:
         """The self-contained HTML report."""
-        return self._view(func, columns).html()
+        return self.display(func, columns)._repr_html_()
 
     def _repr_html_(self) -> str:
         return self.html()

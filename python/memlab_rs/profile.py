@@ -19,6 +19,9 @@ from typing import Any
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, _code_of, _no_code_warning
 
 _global: LineProfiler | None = None
+# The device the global profiler reads when it is created (None: LineProfiler's default,
+# this process's GPU, else the CPU); `memlab-rs run --device` sets it.
+_global_device: Any = None
 # What @profile prints at exit: the code object (never the function, which would keep its
 # closure alive) and the columns, checked when the function was decorated.
 _print_at_exit: list[tuple[types.CodeType, tuple[str, ...]]] = []
@@ -32,9 +35,23 @@ def global_line_profiler() -> LineProfiler:
     """
     global _global
     if _global is None:
-        _global = LineProfiler()
+        _global = LineProfiler(device=_global_device)
         _global.enable()
     return _global
+
+
+def _existing() -> LineProfiler | None:
+    """The global profiler if something made it (``@profile``, ``--line``), else None."""
+    return _global
+
+
+def _use_device(device: Any) -> None:
+    """Make the global profiler read ``device`` (checked now) when it is created."""
+    global _global_device
+    if _global is not None:
+        raise RuntimeError("the global line profiler already exists; set its device first")
+    LineProfiler(device=device)  # a device that does not exist is an error here
+    _global_device = device
 
 
 def clear_global_line_profiler() -> None:

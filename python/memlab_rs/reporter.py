@@ -94,8 +94,11 @@ class MemoryReport:
         return next((s["total_bytes"] for s in self.sections() if s["device"] == key), 0)
 
     def to_text(self, verbose: bool | None = None) -> str:
-        """pytorch_memlab's table as a string."""
-        return self._table.text(self.verbose if verbose is None else verbose)
+        """pytorch_memlab's table as a string (under a line naming the rank, for a report
+        made in a job of several processes)."""
+        text = self._table.text(self.verbose if verbose is None else verbose)
+        heading = results.rank_heading(self.meta)
+        return text if heading is None else f"# {heading}\n\n{text}"
 
     def to_json(self, path: str | None = None) -> str:
         """The report as JSON (also written to ``path`` when given)."""
@@ -126,7 +129,13 @@ class MemoryReport:
         return self.to_text()
 
     def _repr_html_(self) -> str:
-        return self._table.html()
+        html = self._table.html()
+        heading = results.rank_heading(self.meta)
+        if heading is None:
+            return html
+        from html import escape
+
+        return f"<p><b>{escape(heading)}</b></p>\n{html}"
 
     def to_data(self) -> dict[str, Any]:
         """The report as JSON values (a saved file's ``data``): ``verbose``, ``sections``

@@ -158,6 +158,23 @@ def run_meta(device: str | None = None, **extra: Any) -> dict[str, Any]:
     return meta
 
 
+def rank_heading(meta: dict[str, Any]) -> str | None:
+    """The line that says which rank a result comes from, for a result made in a job of
+    several processes (None for a single process): rank, world size, device and host.
+
+    >>> rank_heading({"rank": 1, "world_size": 2, "device": "cuda:1", "host": "node7"})
+    'rank 1 of 2 (cuda:1 on node7)'
+    >>> rank_heading({"rank": 0, "world_size": 1}) is None
+    True
+    """
+    world = meta.get("world_size")
+    if not isinstance(world, int) or world <= 1:
+        return None
+    where = [str(meta[k]) for k in ("device", "host") if meta.get(k)]
+    suffix = f" ({' on '.join(where)})" if where else ""
+    return f"rank {meta.get('rank')} of {world}{suffix}"
+
+
 def document(result: Result) -> dict[str, Any]:
     """The file's JSON object for ``result``."""
     return {
@@ -293,4 +310,5 @@ _KIND_MODULES = (
     "monitor_result",
     "trace",
     "pytest_result",
+    "merge",
 )

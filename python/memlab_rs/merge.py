@@ -1,0 +1,703 @@
+"""One result per rank -> one merged result: per line or per tensor, the minimum, median
+and maximum across ranks and the rank holding the maximum, so that an imbalance (one rank
+holding the whole optimizer state, say) stands out.
+
+``merge_results`` takes the results of several ranks (objects, or the files each rank
+saved) and returns a ``MergedLineProfile`` or a ``MergedTensorReport``: plain data that
+renders as text, HTML, CSV and JSON and saves as a result file (kinds
+``merged_line_profile`` and ``merged_tensor_report``) that ``memlab_rs.load`` reads.
+``gather_results`` collects the ranks' results over a gloo (CPU) group instead of files,
+so gathering never allocates on the GPU being profiled.
+
+>>> import torch, memlab_rs
+>>> def f(n):
+...     x = torch.zeros(n, 1024)
+>>> profiles = []
+>>> for n in (256, 512):                  # two "ranks": the second allocates twice as much
+...     with memlab_rs.LineProfiler(f, device="cpu") as profiler:
+...         f(n)
+...     profiles.append(profiler.result())
+>>> merged = merge_results(profiles, ranks=[0, 1])
+>>> row = merged.records(columns=["active_bytes.all.peak"])[1]
+>>> row["code"], row["active_bytes.all.peak.rank0"], row["active_bytes.all.peak.rank1"]
+('    x = torch.zeros(n, 1024)', 1048576, 2097152)
+>>> row["active_bytes.all.peak.max_rank"]
+1
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import html
+import io
+import os
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from . import results
+from ._columns import check_saved_columns
+from ._core import readable_size
+from .line_result import DEFAULT_COLUMNS, LineProfileResult
+
+Value = Any  # an int, None where a rank has no value
+
+
+def merge_results(
+    items: Iterable[Any], ranks: Sequence[int] | None = None
+) -> MergedLineProfile | MergedTensorReport:
+    """Merge one result per rank (result objects, or paths of saved result files) of one
+    kind: line profiles into a ``MergedLineProfile``, tensor reports into a
+    ``MergedTensorReport``.
+
+    Each result's rank is read from its ``meta`` (``rank``, ``world_size``), as every tool
+    records it; pass ``ranks`` to number them yourself. Two results of the same rank, of
+    different kinds, or from jobs of different sizes are a ValueError naming them.
+
+    >>> import torch, memlab_rs
+    >>> held = [torch.zeros(256, 1024)]              # "rank 0" holds 1 MiB
+    >>> a = memlab_rs.MemReporter().collect(device="cpu")
+    >>> held.append(torch.zeros(256, 1024))          # "rank 1" holds 1 MiB more
+    >>> b = memlab_rs.MemReporter().collect(device="cpu")
+    >>> merged = merge_results([a, b], ranks=[0, 1])
+    >>> total = merged.totals["cpu"]
+    >>> total[1] - total[0]
+    1048576
+    """
+    loaded, names = [], []
+    for item in items:
+        if isinstance(item, (str, os.PathLike)):
+            loaded.append(results.load(item))
+            names.append(os.fspath(item))
+        else:
+            loaded.append(item)
+            names.append(f"result {len(names) + 1}")
+    if not loaded:
+        raise ValueError("merge_results: no results to merge; give one result per rank")
+    kinds = {getattr(r, "kind", type(r).__name__) for r in loaded}
+    if len(kinds) > 1:
+        got = ", ".join(
+            f"{n} ({getattr(r, 'kind', type(r).__name__)})" for n, r in zip(names, loaded)
+        )
+        raise ValueError(f"merge_results: results of one kind merge, got {got}")
+    kind = kinds.pop()
+    rank_list = _ranks(loaded, names, ranks)
+    world = _world_size(loaded, names, rank_list)
+    inputs = [_input_meta(r.meta, rank, name) for r, rank, name in zip(loaded, rank_list, names)]
+    meta = _merged_meta(inputs, world)
+    order = sorted(range(len(loaded)), key=lambda i: rank_list[i])
+    loaded = [loaded[i] for i in order]
+    rank_list = [rank_list[i] for i in order]
+    if kind == "line_profile":
+        return MergedLineProfile._merge(loaded, rank_list, world, meta)
+    if kind == "tensor_report":
+        return MergedTensorReport._merge(loaded, rank_list, world, meta)
+    raise ValueError(
+        f"merge_results: {kind} results do not merge (line profiles and tensor reports do)"
+    )
+
+
+def gather_results(result: Any, dst: int = 0, group: Any = None) -> Any:
+    """Gather every rank's ``result`` to rank ``dst`` over a gloo group (CPU memory only,
+    so nothing is allocated on the GPU being profiled) and merge them there: the merged
+    result on ``dst``, None on the other ranks.
+
+    Every rank must call it, as any collective. ``group`` is a gloo process group; None
+    makes one over all ranks (``torch.distributed.new_group(backend="gloo")``, itself a
+    collective) when the default group is not gloo already.
+
+    >>> import memlab_rs
+    >>> gather_results(memlab_rs.LineProfiler().result())   # not in a process group
+    Traceback (most recent call last):
+    ...
+    RuntimeError: gather_results needs torch.distributed initialised (init_process_group); ...
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "gather_results needs torch.distributed initialised (init_process_group); "
+            "in a single process, save the result and merge the files instead"
+        )
+    made = None
+    if group is None and dist.get_backend() != "gloo":
+        group = made = dist.new_group(backend="gloo")
+    document = results.document(result)
+    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == dst else None
+    try:
+        dist.gather_object(document, gathered, dst=dst, group=group)
+    finally:
+        if made is not None:
+            dist.destroy_process_group(made)
+    if gathered is None:
+        return None
+    return merge_results([results.from_document(d, f"rank {i}") for i, d in enumerate(gathered)])
+
+
+def spread(values: Sequence[Value], ranks: Sequence[int]) -> dict[str, Any]:
+    """min, median, max of the ranks' values (None: no value on that rank, left out) and
+    ``max_rank``, the first rank holding the maximum; all None if no rank has a value.
+
+    >>> spread([1, None, 5, 3], [0, 1, 2, 3])
+    {'min': 1, 'median': 3, 'max': 5, 'max_rank': 2}
+    """
+    present = [(v, r) for v, r in zip(values, ranks) if v is not None]
+    if not present:
+        return {"min": None, "median": None, "max": None, "max_rank": None}
+    numbers = [v for v, _ in present]
+    top = max(numbers)
+    median = statistics.median(numbers)
+    if median == int(median):
+        median = int(median)
+    return {
+        "min": min(numbers),
+        "median": median,
+        "max": top,
+        "max_rank": next(r for v, r in present if v == top),
+    }
+
+
+class MergedLineProfile:
+    """Line profiles of several ranks, line by line: each column's value on each rank.
+
+    ``records()`` gives, per source line, each column's ``min``, ``median``, ``max``,
+    ``max_rank`` and per-rank value (``<column>.rank<R>``); the text and HTML show min,
+    median, max and the rank holding the max where the ranks differ.
+
+    >>> import memlab_rs
+    >>> empty = memlab_rs.LineProfiler(device="cpu").result()
+    >>> merge_results([empty, empty], ranks=[0, 1]).text().splitlines()[0]
+    '# merged line profile: ranks 0, 1 of 2'
+    """
+
+    kind = "merged_line_profile"
+
+    def __init__(
+        self,
+        columns: list[str],
+        ranks: list[int],
+        world_size: int,
+        functions: list[dict[str, Any]],
+        notices: list[str],
+        meta: dict[str, Any],
+    ):
+        self.columns = list(columns)
+        self.ranks = list(ranks)
+        self.world_size = world_size
+        #: One dict per function: qualname, filename, and its lines, each [line number,
+        #: source text, hits per rank, values per rank (one list per rank, or None)].
+        self.blocks = functions
+        self.notices = list(notices)
+        self.meta = meta
+
+    @classmethod
+    def _merge(
+        cls, profiles: list[LineProfileResult], ranks: list[int], world: int, meta: dict
+    ) -> MergedLineProfile:
+        columns = [c for c in profiles[0].columns if all(c in p.columns for p in profiles)]
+        if not columns:
+            raise ValueError("merge_results: the line profiles have no column in common")
+        n = len(profiles)
+        functions: dict[str, dict[str, Any]] = {}
+        lines: dict[tuple[str, int, str], list[Any]] = {}
+        for i, profile in enumerate(profiles):
+            picks = [profile.columns.index(c) for c in columns]
+            for block in profile.blocks:
+                name = block["qualname"]
+                functions.setdefault(name, {"qualname": name, "filename": block["filename"]})
+                for ln, source, hits, values in block["lines"]:
+                    code = source.rstrip("\r\n")
+                    key = (name, ln, code)
+                    if key not in lines:
+                        lines[key] = [ln, code, [None] * n, [None] * n]
+                    lines[key][2][i] = hits
+                    lines[key][3][i] = None if values is None else [values[j] for j in picks]
+        blocks = []
+        for name, function in functions.items():
+            own = sorted((v for k, v in lines.items() if k[0] == name), key=lambda v: v[0])
+            blocks.append({**function, "lines": own})
+        notices = [f"rank {r}: {text}" for r, p in zip(ranks, profiles) for text in p.notices]
+        return cls(columns, ranks, world, blocks, notices, meta)
+
+    @property
+    def functions(self) -> list[str]:
+        """The qualified names of the functions, in report order."""
+        return [b["qualname"] for b in self.blocks]
+
+    def records(
+        self, func: Any = None, columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """One dict per source line: function, line, code, ``hits.min``/``hits.max``, and
+        for each column (every column by default) ``<column>.min``, ``.median``, ``.max``,
+        ``.max_rank`` and ``.rank<R>`` for each rank (None where a rank never ran it)."""
+        wanted = self._columns(columns, every=True)
+        out = []
+        for block in self._select(func):
+            for ln, code, hits, values in block["lines"]:
+                counts = [h for h in hits if h is not None]
+                record: dict[str, Any] = {
+                    "function": block["qualname"],
+                    "line": ln,
+                    "code": code,
+                    "hits.min": min(counts) if counts else None,
+                    "hits.max": max(counts) if counts else None,
+                }
+                for column in wanted:
+                    per_rank = self._per_rank(values, column)
+                    for key, value in spread(per_rank, self.ranks).items():
+                        record[f"{column}.{key}"] = value
+                    for rank, value in zip(self.ranks, per_rank):
+                        record[f"{column}.rank{rank}"] = value
+                out.append(record)
+        return out
+
+    def text(self, func: Any = None, columns: Sequence[str] | None = DEFAULT_COLUMNS) -> str:
+        """The merged report as text: per function, each column's min, median and max
+        across ranks, and the rank holding the max where the ranks differ."""
+        wanted = self._columns(columns)
+        parts = [f"# {_ranks_heading('merged line profile', self.ranks, self.world_size)}\n"]
+        head = ["min", "median", "max", "max rank"] * len(wanted) + ["line", "hits", "code"]
+        for block in self._select(func):
+            rows = []
+            for ln, code, hits, values in block["lines"]:
+                cells = []
+                for column in wanted:
+                    cells += _spread_cells(spread(self._per_rank(values, column), self.ranks))
+                rows.append([*cells, str(ln), _hits_cell(hits), code.rstrip("\n")])
+            parts.append(f"\n## {block['qualname']}\n\n")
+            parts.append(_text_table([head], rows, left=0, groups=[(c, 4) for c in wanted]))
+        parts += [f"{notice}\n" for notice in self.notices]
+        return "".join(parts)
+
+    def html(self, func: Any = None, columns: Sequence[str] | None = DEFAULT_COLUMNS) -> str:
+        """The merged report as a self-contained HTML fragment."""
+        wanted = self._columns(columns)
+        heading = _ranks_heading("merged line profile", self.ranks, self.world_size)
+        parts = [f'<div class="memlab-rs-merged"><p><b>{html.escape(heading)}</b></p>']
+        for block in self._select(func):
+            parts.append(f"<h4>{html.escape(block['qualname'])}</h4><table>")
+            parts.append(
+                "<tr>"
+                + "".join(f'<th colspan="4">{html.escape(c)}</th>' for c in wanted)
+                + "<th></th><th></th><th></th></tr><tr>"
+                + "<th>min</th><th>median</th><th>max</th><th>max rank</th>" * len(wanted)
+                + "<th>line</th><th>hits</th><th>code</th></tr>"
+            )
+            for ln, code, hits, values in block["lines"]:
+                cells = []
+                for column in wanted:
+                    cells += _spread_cells(spread(self._per_rank(values, column), self.ranks))
+                parts.append(
+                    "<tr>"
+                    + "".join(f'<td align="right">{c}</td>' for c in cells)
+                    + f'<td align="right">{ln}</td><td>{_hits_cell(hits)}</td>'
+                    + f"<td><pre>{html.escape(code.rstrip())}</pre></td></tr>"
+                )
+            parts.append("</table>")
+        parts += [f"<p>{html.escape(n)}</p>" for n in self.notices]
+        return "".join(parts) + "</div>"
+
+    def to_csv(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        func: Any = None,
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        """The records as CSV (also written to ``path`` when given)."""
+        return _csv(self.records(func, columns), path)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __str__(self) -> str:
+        return self.text()
+
+    __repr__ = __str__
+
+    def to_data(self) -> dict[str, Any]:
+        """The merged profile as JSON values (the saved file's ``data``)."""
+        return {
+            "columns": self.columns,
+            "ranks": self.ranks,
+            "world_size": self.world_size,
+            "functions": self.blocks,
+            "notices": self.notices,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedLineProfile:
+        """The merged profile from a saved file's ``data`` and ``meta``."""
+        columns = [str(c) for c in data["columns"]]
+        ranks = [int(r) for r in data["ranks"]]
+        functions = []
+        for f in data["functions"]:
+            lines = []
+            for ln, code, hits, values in f["lines"]:
+                if len(hits) != len(ranks) or len(values) != len(ranks):
+                    raise ValueError(f"line {ln} of {f['qualname']}: not one entry per rank")
+                for v in values:
+                    if v is not None and len(v) != len(columns):
+                        raise ValueError(f"line {ln} of {f['qualname']}: values != columns")
+                lines.append([int(ln), str(code), list(hits), list(values)])
+            functions.append(
+                {"qualname": str(f["qualname"]), "filename": str(f["filename"]), "lines": lines}
+            )
+        return cls(columns, ranks, int(data["world_size"]), functions, data["notices"], meta)
+
+    def _per_rank(self, values: list[Any], column: str) -> list[Value]:
+        index = self.columns.index(column)
+        return [None if v is None else v[index] for v in values]
+
+    def _columns(self, columns: Sequence[str] | None, every: bool = False) -> list[str]:
+        if columns is None:
+            return list(self.columns)
+        if not every and tuple(columns) == DEFAULT_COLUMNS:
+            # the default view: the default columns this profile has (a CPU one has both)
+            present = [c for c in columns if c in self.columns]
+            return present or self.columns[:1]
+        device = "cpu" if all(str(d).startswith("cpu") for d in _devices(self.meta)) else None
+        return list(check_saved_columns(columns, self.columns, device))
+
+    def _select(self, func: Any) -> list[dict[str, Any]]:
+        if func is None:
+            return self.blocks
+        wanted = [func] if isinstance(func, str) else list(func)
+        for name in wanted:
+            if name not in self.functions:
+                have = ", ".join(self.functions) or "none"
+                raise ValueError(f"no function {name!r} in this merged profile (it has: {have})")
+        return [b for b in self.blocks if b["qualname"] in wanted]
+
+
+class MergedTensorReport:
+    """Tensor reports of several ranks, tensor by tensor: each tensor's bytes on each rank
+    (0 where a rank does not hold it), keyed by name and device type (``cuda`` for every
+    rank's own GPU).
+
+    Rows are ordered by spread (max - min, the imbalance) then by size: the tensors only
+    some ranks hold come first.
+
+    >>> import torch, memlab_rs
+    >>> report = memlab_rs.MemReporter().collect(device="cpu")
+    >>> merge_results([report, report], ranks=[0, 1]).kind
+    'merged_tensor_report'
+    """
+
+    kind = "merged_tensor_report"
+
+    def __init__(
+        self,
+        ranks: list[int],
+        world_size: int,
+        rows: list[dict[str, Any]],
+        totals: dict[str, list[int]],
+        meta: dict[str, Any],
+    ):
+        self.ranks = list(ranks)
+        self.world_size = world_size
+        #: One dict per tensor: name, device (type), shape, dtype, bytes (one per rank).
+        self.rows = rows
+        #: Per device type, the bytes of every tensor each rank's report covers.
+        self.totals = totals
+        self.meta = meta
+
+    @classmethod
+    def _merge(
+        cls, reports: list[Any], ranks: list[int], world: int, meta: dict
+    ) -> MergedTensorReport:
+        n = len(reports)
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        totals: dict[str, list[int]] = {}
+        for i, report in enumerate(reports):
+            for row in report.rows:
+                kind = _device_type(row.device)
+                shape = list(row.shape) if isinstance(row.shape, tuple) else row.shape
+                name, key = tensor_key(row.name, kind, row.shape, row.dtype)
+                if key not in rows:
+                    rows[key] = {
+                        "name": name,
+                        "device": kind,
+                        "shape": shape,
+                        "dtype": row.dtype,
+                        "bytes": [0] * n,
+                    }
+                rows[key]["bytes"][i] += int(row.bytes)
+            for section in report.sections():
+                kind = _device_type(section["device"])
+                totals.setdefault(kind, [0] * n)[i] += int(section["total_bytes"])
+        ordered = sorted(rows.values(), key=lambda r: _tensor_order(r["bytes"], r["name"]))
+        return cls(ranks, world, ordered, totals, meta)
+
+    def records(self) -> list[dict[str, Any]]:
+        """One dict per tensor: name, device, shape, dtype, ``min``, ``median``, ``max``,
+        ``max_rank`` and ``rank<R>`` (bytes on each rank)."""
+        out = []
+        for row in self.rows:
+            record = {k: row[k] for k in ("name", "device", "dtype")}
+            record["shape"] = _shape_text(row["shape"])
+            record.update(spread(row["bytes"], self.ranks))
+            for rank, value in zip(self.ranks, row["bytes"]):
+                record[f"rank{rank}"] = value
+            out.append(record)
+        return out
+
+    def text(self) -> str:
+        """The merged report as text: per tensor, min, median and max bytes across ranks
+        and the rank holding the max where the ranks differ; totals per device and rank."""
+        heading = _ranks_heading("merged tensor report", self.ranks, self.world_size)
+        head = ["name", "device", "shape", "dtype", "min", "median", "max", "max rank"]
+        rows = [
+            [r["name"], r["device"], _shape_text(r["shape"]), r["dtype"]]
+            + _spread_cells(spread(r["bytes"], self.ranks))
+            for r in self.rows
+        ]
+        for kind, per_rank in self.totals.items():
+            rows.append(
+                [f"total on {kind}", "", "", ""] + _spread_cells(spread(per_rank, self.ranks))
+            )
+        table = _text_table([head], rows, left=4)
+        per = "; ".join(
+            f"{kind}: " + ", ".join(f"rank {r} {readable_size(b)}" for r, b in zip(self.ranks, v))
+            for kind, v in self.totals.items()
+        )
+        return f"# {heading}\n\n{table}\nper rank: {per}\n"
+
+    def html(self) -> str:
+        """The merged report as a self-contained HTML fragment."""
+        heading = _ranks_heading("merged tensor report", self.ranks, self.world_size)
+        head = ["name", "device", "shape", "dtype", "min", "median", "max", "max rank"]
+        parts = [f'<div class="memlab-rs-merged"><p><b>{html.escape(heading)}</b></p><table>']
+        parts.append("<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+        for r in self.rows:
+            text = [r["name"], r["device"], _shape_text(r["shape"]), r["dtype"]]
+            cells = [f"<td>{html.escape(str(c))}</td>" for c in text]
+            cells += [
+                f'<td align="right">{c}</td>' for c in _spread_cells(spread(r["bytes"], self.ranks))
+            ]
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        for kind, per_rank in self.totals.items():
+            cells = [f'<td colspan="4"><b>total on {html.escape(kind)}</b></td>']
+            cells += [
+                f'<td align="right">{c}</td>' for c in _spread_cells(spread(per_rank, self.ranks))
+            ]
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        return "".join(parts) + "</table></div>"
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The records as CSV (also written to ``path`` when given)."""
+        return _csv(self.records(), path)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __str__(self) -> str:
+        return self.text()
+
+    __repr__ = __str__
+
+    def to_data(self) -> dict[str, Any]:
+        """The merged report as JSON values (the saved file's ``data``)."""
+        return {
+            "ranks": self.ranks,
+            "world_size": self.world_size,
+            "rows": self.rows,
+            "totals": self.totals,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        results.save(self, path)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedTensorReport:
+        """The merged report from a saved file's ``data`` and ``meta``."""
+        ranks = [int(r) for r in data["ranks"]]
+        rows = []
+        for row in data["rows"]:
+            values = [int(b) for b in row["bytes"]]
+            if len(values) != len(ranks):
+                raise ValueError(f"tensor {row['name']!r}: not one size per rank")
+            rows.append(
+                {**{k: row[k] for k in ("name", "device", "shape", "dtype")}, "bytes": values}
+            )
+        totals = {str(k): [int(b) for b in v] for k, v in data["totals"].items()}
+        return cls(ranks, int(data["world_size"]), rows, totals, meta)
+
+
+# The reporter calls a tensor nothing names after its type and the order it was found in
+# (Tensor0, Parameter3): numbers that differ between ranks and runs.
+_UNNAMED = re.compile(r"(?:\w*Tensor|Parameter|Buffer)\d+(?:\.grad)?")
+UNNAMED = "(unnamed)"
+
+
+def tensor_key(name: str, device: str, shape: Any, dtype: str) -> tuple[str, tuple[Any, ...]]:
+    """(the name shown, the key rows are matched by) of a tensor report's row: its name
+    and device, or for a tensor nothing names, ``(unnamed)`` with its device, shape and
+    dtype, so that unnamed tensors are matched by what they are, not by the order the
+    reporter found them in.
+
+    >>> tensor_key("model.fc.weight", "cpu", (4, 4), "torch.float32")
+    ('model.fc.weight', ('model.fc.weight', 'cpu'))
+    >>> tensor_key("Tensor7", "cpu", (4, 4), "torch.float32")
+    ('(unnamed)', ('(unnamed)', 'cpu', '(4, 4)', 'torch.float32'))
+    """
+    if _UNNAMED.fullmatch(name):
+        return UNNAMED, (
+            UNNAMED,
+            device,
+            str(tuple(shape) if isinstance(shape, list) else shape),
+            dtype,
+        )
+    return name, (name, device)
+
+
+def _ranks(loaded: list[Any], names: list[str], given: Sequence[int] | None) -> list[int]:
+    if given is not None:
+        ranks = [int(r) for r in given]
+        if len(ranks) != len(loaded):
+            raise ValueError(f"merge_results: {len(ranks)} ranks given for {len(loaded)} results")
+    else:
+        ranks = []
+        for result, name in zip(loaded, names):
+            rank = result.meta.get("rank")
+            if not isinstance(rank, int):
+                raise ValueError(
+                    f'merge_results: {name} does not say which rank made it (no "rank" in '
+                    "its meta); pass ranks=[...]"
+                )
+            ranks.append(rank)
+    seen: dict[int, str] = {}
+    for rank, name in zip(ranks, names):
+        if rank in seen:
+            raise ValueError(
+                f"merge_results: {seen[rank]} and {name} are both rank {rank}; merge takes one "
+                "result per rank (to compare two runs, use diff)"
+            )
+        seen[rank] = name
+    return ranks
+
+
+def _world_size(loaded: list[Any], names: list[str], ranks: list[int]) -> int:
+    sizes = {r.meta.get("world_size") for r in loaded} - {None}
+    if len(sizes) > 1:
+        raise ValueError(
+            "merge_results: the results come from jobs of different sizes (world sizes "
+            f"{sorted(sizes)}): merge the results of one job"
+        )
+    world = sizes.pop() if sizes else len(loaded)
+    return max(int(world), max(ranks) + 1)
+
+
+def _input_meta(meta: dict[str, Any], rank: int, name: str) -> dict[str, Any]:
+    keys = ("device", "host", "pid", "created", "local_rank", "argv")
+    return {"rank": rank, "source": name, **{k: meta.get(k) for k in keys}}
+
+
+def _merged_meta(inputs: list[dict[str, Any]], world: int) -> dict[str, Any]:
+    from . import __version__
+
+    return {
+        "memlab_rs": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "world_size": world,
+        "ranks": sorted(i["rank"] for i in inputs),
+        "inputs": sorted(inputs, key=lambda i: i["rank"]),
+    }
+
+
+def _devices(meta: dict[str, Any]) -> list[Any]:
+    return [i.get("device") for i in meta.get("inputs", [])]
+
+
+def _device_type(device: str) -> str:
+    return str(device).partition(":")[0]
+
+
+def _tensor_order(per_rank: list[int], name: str) -> tuple[int, int, str]:
+    return (-(max(per_rank) - min(per_rank)), -max(per_rank), name)
+
+
+def _shape_text(shape: Any) -> str:
+    return str(tuple(shape)) if isinstance(shape, list) else str(shape)
+
+
+def _ranks_heading(what: str, ranks: list[int], world: int) -> str:
+    listed = ", ".join(str(r) for r in ranks)
+    return f"{what}: ranks {listed} of {world}"
+
+
+def _spread_cells(found: dict[str, Any]) -> list[str]:
+    """min, median, max as sizes, and the rank of the max only where the ranks differ."""
+    if found["max"] is None:
+        return ["", "", "", ""]
+    sizes = [readable_size(found[k]) for k in ("min", "median", "max")]
+    rank = "-" if found["min"] == found["max"] else str(found["max_rank"])
+    return [*sizes, rank]
+
+
+def _hits_cell(hits: list[Any]) -> str:
+    counts = [h for h in hits if h is not None]
+    if not counts:
+        return ""
+    low, high = min(counts), max(counts)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _text_table(
+    heads: list[list[str]],
+    rows: list[list[str]],
+    left: int,
+    groups: Sequence[tuple[str, int]] = (),
+) -> str:
+    """Aligned columns: the first ``left`` columns and the last one left-aligned, the
+    others right-aligned; the last column is not padded. ``groups``: a line above the
+    heads labelling runs of columns, each (label, number of columns), from the first."""
+    every = heads + rows
+    widths = [max(len(r[i]) for r in every) for i in range(len(every[0]))]
+    start = 0
+    for label, count in groups:  # widen a group's last column to fit its label
+        span = sum(widths[start : start + count]) + 2 * (count - 1)
+        widths[start + count - 1] += max(0, len(label) - span)
+        start += count
+    out = []
+    if groups:
+        labels, start = [], 0
+        for label, count in groups:
+            span = sum(widths[start : start + count]) + 2 * (count - 1)
+            labels.append(label.ljust(span))
+            start += count
+        out.append("  ".join(labels).rstrip() + "\n")
+    for row in every:
+        cells = []
+        for i, cell in enumerate(row):
+            if i == len(row) - 1:
+                cells.append(cell)
+            elif i < left:
+                cells.append(cell.ljust(widths[i]))
+            else:
+                cells.append(cell.rjust(widths[i]))
+        out.append("  ".join(cells).rstrip() + "\n")
+    return "".join(out)
+
+
+def _csv(records: list[dict[str, Any]], path: str | os.PathLike[str] | None) -> str:
+    out = io.StringIO()
+    if records:
+        writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    text = out.getvalue()
+    if path is not None:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    return text
+
+
+results.register("merged_line_profile", MergedLineProfile.from_data)
+results.register("merged_tensor_report", MergedTensorReport.from_data)

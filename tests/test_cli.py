@@ -1,0 +1,611 @@
+"""The `memlab-rs` command line, end to end through the installed console script: run
+(a script using @profile unmodified, --line, -m, exit statuses), show in every format,
+diff, merge, and bad input giving one line on stderr and a non-zero status."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import memlab_rs
+
+MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
+MiB = 1 << 20
+
+# A script written for `@profile` without importing it, as kernprof's users write them.
+SCRIPT = """\
+import sys
+import torch
+
+
+@profile
+def step(n):
+    a = torch.zeros(n, 1024)
+    b = torch.ones(2 * n, 1024)
+    del a
+    return b
+
+
+def helper():
+    x = torch.empty(1024, 1024)
+    return x
+
+
+class Model:
+    def forward(self):
+        def inner():
+            return torch.zeros(128, 1024)
+
+        return inner()
+
+
+if __name__ == "__main__":
+    print("argv", sys.argv[1:], __name__)
+    step(int(sys.argv[1]))
+    helper()
+    Model().forward()
+    sys.exit(int(sys.argv[2]))
+"""
+
+
+def cli(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+    device: str | None = "cpu",
+):
+    """Run the installed console script; the completed process. `run` reads ``device``
+    (the CPU by default: the tests measure CPU tensors, and on a GPU machine the default
+    would be the GPU; None leaves the default)."""
+    if args[:1] == ("run",) and device is not None:
+        args = ("run", "--device", device, *args[1:])
+    return subprocess.run(
+        [str(MEMLAB_RS), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess, command: str) -> str:
+    """The status is 2 and stderr is one line naming the command: that line."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memlab-rs {command}: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    return tmp_path
+
+
+def saved(folder: Path, pattern: str = "memlab_rs.*.json") -> list[Path]:
+    return sorted(folder.glob(pattern))
+
+
+def in_process_records(script: str, folder: Path) -> dict[str, list[dict]]:
+    """The functions of train.py profiled in a fresh interpreter by LineProfiler itself:
+    {function: records}, every saved column."""
+    code = f"""
+        import importlib.util, json, sys
+        import memlab_rs
+        spec = importlib.util.spec_from_file_location("train", {str(folder / "train.py")!r})
+        module = importlib.util.module_from_spec(spec)
+        module.profile = lambda f: f  # the decorator is the profiler's business here
+        spec.loader.exec_module(module)
+        with memlab_rs.LineProfiler(
+            module.step, module.helper, module.Model.forward, device="cpu"
+        ) as profiler:
+            module.step(256)
+            module.helper()
+            module.Model().forward()
+        result = profiler.result()
+        print(json.dumps({{f: result.records(f) for f in result.functions}}))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_run_profile_unmodified_matches_in_process(workdir: Path):
+    proc = cli("run", "train.py", "256", "3", cwd=workdir)
+    # the script's own argv, __main__, output and exit status
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.startswith("argv ['256', '3'] __main__\n")
+    # @profile prints at exit, as it does in-process
+    assert "## step\n" in proc.stdout and "b = torch.ones(2 * n, 1024)" in proc.stdout
+    (path,) = saved(workdir)
+    assert re.fullmatch(r"memlab_rs\.train\.\d+\.json", path.name)
+    assert f"line profile saved to {path.name}" in proc.stderr
+    result = memlab_rs.load(path)
+    assert result.functions == ["step"]
+    assert result.meta["argv"] == ["train.py", "256", "3"]
+    assert (result.meta["rank"], result.meta["world_size"]) == (0, 1)
+    expected = in_process_records(SCRIPT, workdir)
+    assert result.records("step") == expected["step"]
+    lines = {r["code"].strip(): r for r in result.records("step")}
+    assert lines["a = torch.zeros(n, 1024)"]["active_bytes.all.peak"] == MiB
+    assert lines["b = torch.ones(2 * n, 1024)"]["active_bytes.all.peak"] == 3 * MiB
+    assert lines["return b"]["active_bytes.all.current"] == 2 * MiB
+    # the report printed at exit is the saved one's text
+    assert result.text() in proc.stdout
+
+
+def test_run_line_profiles_functions_by_qualified_name(workdir: Path):
+    proc = cli(
+        "run",
+        "--line",
+        "helper",
+        "--line",
+        "Model.forward.<locals>.inner",
+        "--line",
+        "Model.forward",
+        "train.py",
+        "256",
+        "0",
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = memlab_rs.load(saved(workdir)[0])
+    assert set(result.functions) == {
+        "step",
+        "helper",
+        "Model.forward",
+        "Model.forward.<locals>.inner",
+    }
+    expected = in_process_records(SCRIPT, workdir)
+    for function in ("helper", "Model.forward"):
+        assert result.records(function) == expected[function]
+    (line,) = [r for r in result.records("helper") if "torch.empty" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == 4 * MiB and line["hits"] == 1
+    (line,) = [r for r in result.records("Model.forward.<locals>.inner") if "zeros" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == MiB // 2
+
+
+def test_run_line_in_another_module(workdir: Path):
+    (workdir / "helpers.py").write_text(
+        "import torch\n\n\ndef make():\n    return torch.zeros(256, 1024)\n"
+    )
+    (workdir / "main.py").write_text("import helpers\n\nhelpers.make()\n")
+    proc = cli("run", "--line", "helpers:make", "--line", "nowhere:f", "main.py", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "--line nowhere:f: its module was never imported" in proc.stderr
+    result = memlab_rs.load(saved(workdir)[0])
+    assert result.functions == ["make"]
+    (line,) = [r for r in result.records() if "zeros" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == MiB and line["hits"] == 1
+
+
+def test_run_unknown_line_fails_before_the_script_runs(workdir: Path):
+    proc = cli("run", "--line", "stepp", "train.py", "256", "0", cwd=workdir)
+    line = one_line_error(proc, "run")
+    assert "train.py defines no function 'stepp'" in line
+    assert "step, helper, Model.forward, Model.forward.<locals>.inner" in line
+    assert proc.stdout == "" and not saved(workdir)
+
+
+def test_run_module_and_options_after_the_script(workdir: Path):
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "__init__.py").write_text("")
+    (workdir / "pkg" / "__main__.py").write_text(
+        "import sys\nfrom . import tool\nprint(sys.argv[1:], __name__, __package__)\ntool.run()\n"
+    )
+    (workdir / "pkg" / "tool.py").write_text(
+        "import torch\n\n\n@profile\ndef run():\n    return torch.zeros(64, 1024)\n"
+    )
+    # --line and -o after the module are the module's arguments, not ours
+    proc = cli("run", "-o", "out.json", "-m", "pkg", "--line", "x", "-o", "y", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("['--line', 'x', '-o', 'y'] __main__ pkg\n")
+    assert memlab_rs.load(workdir / "out.json").functions == ["run"]
+
+
+def test_run_demo_module_gives_the_demo_output_and_the_in_process_profile(workdir: Path):
+    """`memlab-rs run -m memlab_rs.demo` prints what `python -m memlab_rs.demo` prints
+    (its own in-process LineProfiler report included), and --line train_step records the
+    same lines and bytes as LineProfiler(train_step) around the demo in-process."""
+    code = """
+        import sys, memlab_rs
+        from memlab_rs import demo
+        with memlab_rs.LineProfiler(demo.train_step, device="cpu") as profiler:
+            demo.main(["--steps", "1"])
+        profiler.result().save("inproc.json")
+    """
+    inproc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert inproc.returncode == 0, inproc.stderr
+    proc = cli(
+        "run", "--line", "train_step", "-o", "cli.json", "-m", "memlab_rs.demo", "--steps", "1",
+        cwd=workdir, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == inproc.stdout
+    assert "== LineProfiler: one more step, line by line" in proc.stdout
+    ours, theirs = memlab_rs.load(workdir / "cli.json"), memlab_rs.load(workdir / "inproc.json")
+    assert ours.functions == theirs.functions == ["train_step"]
+    assert ours.records() == theirs.records()
+    assert max(r["hits"] or 0 for r in ours.records()) >= 5  # every step of the demo
+
+
+def test_run_exit_statuses_and_uncaught_exceptions(workdir: Path):
+    (workdir / "fail.py").write_text(
+        "import torch\n\n\n@profile\ndef f():\n    x = torch.zeros(256, 1024)\n"
+        "    raise RuntimeError('boom')\n\n\nf()\n"
+    )
+    proc = cli("run", "fail.py", cwd=workdir)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Traceback (most recent call last):\n")
+    assert 'fail.py", line 10, in <module>' in proc.stderr
+    assert "RuntimeError: boom" in proc.stderr
+    assert "_runner.py" not in proc.stderr  # the traceback starts in the script
+    (path,) = saved(workdir)  # what was profiled is saved all the same
+    (line,) = [r for r in memlab_rs.load(path).records() if "zeros" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == MiB
+    (workdir / "message.py").write_text("import sys\nsys.exit('stopped: bad input')\n")
+    proc = cli("run", "-q", "message.py", cwd=workdir)
+    assert (proc.returncode, proc.stderr) == (1, "stopped: bad input\n")
+
+
+def test_run_output_names_carry_rank_and_kind(workdir: Path):
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
+    proc = cli("run", "--trace", "train.py", "256", "0", cwd=workdir, env=env)
+    assert proc.returncode == 0, proc.stderr
+    pid = saved(workdir)[0].name.split(".")[2]
+    assert [p.name for p in saved(workdir, "memlab_rs.*")] == [
+        f"memlab_rs.train.{pid}.rank1.json",
+        f"memlab_rs.train.{pid}.rank1.trace.json",
+    ]
+    result = memlab_rs.load(saved(workdir)[0])
+    assert (result.meta["rank"], result.meta["world_size"]) == (1, 2)
+    assert result.text().startswith("# rank 1 of 2 (cpu on ")
+    trace = memlab_rs.load(workdir / f"memlab_rs.train.{pid}.rank1.trace.json")
+    assert trace.kind == "trace" and (trace.meta["rank"], trace.meta["world_size"]) == (1, 2)
+    assert trace.max_mem("cpu") >= 3 * MiB
+    shown = cli("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
+    assert shown.returncode == 0 and shown.stdout == trace.text()
+    # a snapshot pickle (TraceResult.save("x.pickle")) shows too
+    trace.save(workdir / "snapshot.pickle")
+    shown = cli("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
+    assert shown.returncode == 0 and shown.stdout == trace.to_csv()
+    # -o: placeholders, .gz, and the rank inserted when the name has none
+    proc = cli("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert memlab_rs.load(workdir / "out.rank1.json.gz").functions == ["step"]
+    proc = cli("run", "-o", "{stem}-{rank}of{world_size}.json", "train.py", "64", "0",
+               cwd=workdir, env=env)  # fmt: skip
+    assert memlab_rs.load(workdir / "train-1of2.json").meta["rank"] == 1
+
+
+def test_run_says_when_nothing_was_profiled(tmp_path: Path):
+    (tmp_path / "plain.py").write_text("print('hello')\n")
+    proc = cli("run", "plain.py", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, "hello\n")
+    assert "memlab_rs: nothing was profiled" in proc.stderr
+    assert not saved(tmp_path)
+
+
+def test_run_bad_input_is_one_line(workdir: Path):
+    assert "can't open file 'missing.py'" in one_line_error(
+        cli("run", "missing.py", cwd=workdir), "run"
+    )
+    assert "no module named 'no_such_module'" in one_line_error(
+        cli("run", "-m", "no_such_module", cwd=workdir), "run"
+    )
+    (workdir / "broken.py").write_text("x = (\n")
+    assert "is not valid Python" in one_line_error(cli("run", "broken.py", cwd=workdir), "run")
+    assert "bad placeholder" in one_line_error(
+        cli("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
+    )
+    proc = cli("run", cwd=workdir)
+    assert proc.returncode == 2 and "give the script to run" in proc.stderr
+
+
+def test_help_reads_like_the_reference_tools(tmp_path: Path):
+    proc = cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: memlab-rs [-h] [--version] COMMAND ...")
+    for command in ("run", "show", "diff", "merge", "examples:", "exit status:"):
+        assert command in proc.stdout
+    proc = cli("run", "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: memlab-rs run [options] (script.py | -m module)")
+    for option in ("--line FUNC", "--report", "--trace", "-o FILE", "--device DEV", "-m module"):
+        assert option in proc.stdout
+    same = subprocess.run(
+        [sys.executable, "-m", "memlab_rs", "--version"], capture_output=True, text=True
+    )
+    assert same.stdout == f"memlab-rs {memlab_rs.__version__}\n"
+
+
+@pytest.fixture
+def two_runs(workdir: Path) -> tuple[Path, Path]:
+    for n, name in ((256, "a.json"), (512, "b.json")):
+        proc = cli("run", "-q", "-o", name, "train.py", str(n), "0", cwd=workdir)
+        assert proc.returncode == 0, proc.stderr
+    return workdir / "a.json", workdir / "b.json"
+
+
+def test_show_every_format(two_runs: tuple[Path, Path]):
+    path, _ = two_runs
+    folder = path.parent
+    result = memlab_rs.load(path)
+    text = cli("show", "a.json", cwd=folder)
+    assert (text.returncode, text.stdout) == (0, result.text())
+    columns = ["allocated_bytes.all.allocated", "active_bytes.all.current"]
+    chosen = cli("show", "a.json", "--columns", ",".join(columns), "--func", "step", cwd=folder)
+    assert chosen.stdout == result.text("step", columns)
+    every = cli("show", "a.json", "--columns", "all", cwd=folder)
+    assert every.stdout == result.text(columns=None)
+    html = cli("show", "a.json", "--format", "html", cwd=folder)
+    assert html.stdout == result.html() + "\n" and "<table" in html.stdout
+    document = json.loads(cli("show", "a.json", "--format", "json", cwd=folder).stdout)
+    assert document["kind"] == "line_profile" and document["data"] == result.to_data()
+    rows = list(
+        csv.DictReader(io.StringIO(cli("show", "a.json", "--format", "csv", cwd=folder).stdout))
+    )
+    (line,) = [r for r in rows if "torch.ones" in r["code"]]
+    assert int(line["allocated_bytes.all.allocated"]) == 2 * MiB
+    cli("show", "a.json", "-o", "a.txt", cwd=folder)
+    assert (folder / "a.txt").read_text() == result.text()
+
+
+def test_show_bad_input_is_one_line(two_runs: tuple[Path, Path]):
+    folder = two_runs[0].parent
+    line = one_line_error(
+        cli("show", "a.json", "--columns", "active_bytes.all.peek", cwd=folder), "show"
+    )
+    assert "unknown column 'active_bytes.all.peek'" in line
+    assert "did you mean 'active_bytes.all.peak'" in line and "allocated_bytes.all.freed" in line
+    line = one_line_error(cli("show", "a.json", "--func", "nope", cwd=folder), "show")
+    assert "no function 'nope' in this line profile (it has: step)" in line
+    (folder / "notes.txt").write_text("not a result\n")
+    line = one_line_error(cli("show", "notes.txt", cwd=folder), "show")
+    assert "notes.txt: not a memlab_rs result file" in line
+    (folder / "other.json").write_text('{"format": "something else"}')
+    assert "not a memlab_rs result file" in one_line_error(
+        cli("show", "other.json", cwd=folder), "show"
+    )
+    assert "missing.json: no such file" in one_line_error(
+        cli("show", "missing.json", cwd=folder), "show"
+    )
+    proc = cli("show", "a.json", "--format", "pdf", cwd=folder)
+    assert proc.returncode == 2 and "invalid choice: 'pdf'" in proc.stderr
+
+
+def test_diff_line_profiles(two_runs: tuple[Path, Path]):
+    folder = two_runs[0].parent
+    proc = cli("diff", "a.json", "b.json", "--columns", "allocated_bytes.all.allocated", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# line profile diff: a.json -> b.json\n")
+    assert "allocated_bytes.all.allocated: 2 lines grew (+3.00M), 0 shrank" in proc.stdout
+    grew = proc.stdout.split("grew:\n")[1].splitlines()
+    assert grew[0].split() == ["+2.00M", "step:8", "b", "=", "torch.ones(2", "*", "n,", "1024)",
+                               "(2.00M", "->", "4.00M)"]  # fmt: skip
+    assert grew[1].split()[:2] == ["+1.00M", "step:7"]
+    data = json.loads(
+        cli("diff", "a.json", "b.json", "--format", "json", "--columns", "all", cwd=folder).stdout
+    )
+    (row,) = [r for r in data["rows"] if r["column"] == "active_bytes.all.peak" and r["line"] == 8]
+    assert (row["a"], row["b"], row["change"]) == (3 * MiB, 6 * MiB, 3 * MiB)
+    # a regression gate: status 1 when a line grew by more than the limit
+    gate = cli("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
+    assert gate.returncode == 1
+    assert gate.stderr == (
+        "memlab-rs diff: 4 grew by more than 2.50M; the largest +3.00M at step:8 "
+        "(active_bytes.all.peak)\n"
+    )
+    assert cli("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
+    same = cli("diff", "a.json", "a.json", cwd=folder)
+    assert same.returncode == 0 and "0 lines grew (0.00B), 0 shrank" in same.stdout
+
+
+def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
+    folder = two_runs[0].parent
+    line = one_line_error(cli("merge", "a.json", "b.json", cwd=folder), "merge")
+    assert "a.json and b.json are both rank 0" in line
+    line = one_line_error(cli("diff", "a.json", "missing.json", cwd=folder), "diff")
+    assert "missing.json" in line
+    line = one_line_error(cli("diff", "a.json", "b.json", "--columns", "bogus", cwd=folder), "diff")
+    assert "unknown column 'bogus'" in line
+    proc = cli("diff", "a.json", "b.json", "--fail-over", "lots", cwd=folder)
+    assert proc.returncode == 2 and "'lots' is not a size" in proc.stderr
+
+
+def test_merge_line_profiles_of_two_ranks(workdir: Path):
+    """Two ranks (torchrun's environment, no process group): rank 1 works on twice the
+    data; merge shows each line's min, median and max and that rank 1 holds the max."""
+    for rank, n in ((0, 256), (1, 512)):
+        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+        proc = cli("run", "-q", "-o", "r.json", "train.py", str(n), "0", cwd=workdir, env=env)
+        assert proc.returncode == 0, proc.stderr
+    proc = cli("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    merged = memlab_rs.load(workdir / "merged.json")
+    assert merged.kind == "merged_line_profile" and proc.stdout == merged.text()
+    assert merged.ranks == [0, 1] and merged.world_size == 2
+    assert proc.stdout.startswith("# merged line profile: ranks 0, 1 of 2\n\n## step\n")
+    (row,) = [r for r in merged.records() if "torch.ones" in r["code"]]
+    column = "allocated_bytes.all.allocated"
+    assert (row[f"{column}.rank0"], row[f"{column}.rank1"]) == (2 * MiB, 4 * MiB)
+    assert (row[f"{column}.min"], row[f"{column}.median"], row[f"{column}.max"]) == (
+        2 * MiB,
+        3 * MiB,
+        4 * MiB,
+    )
+    assert row[f"{column}.max_rank"] == 1
+    # the text: min, median, max, and the rank holding the max where the ranks differ
+    (text_line,) = [ln for ln in proc.stdout.splitlines() if "torch.ones" in ln]
+    assert text_line.split()[:9] == ["3.00M", "4.50M", "6.00M", "1", "3.00M", "4.50M", "6.00M",
+                                     "1", "8"]  # fmt: skip
+    (first,) = [ln for ln in proc.stdout.splitlines() if ln.endswith("@profile")]
+    assert first.split() == ["0.00B", "0.00B", "0.00B", "-"] * 2 + ["5", "1", "@profile"]
+    for fmt in ("html", "json", "csv"):
+        out = cli("merge", "r.rank0.json", "r.rank1.json", "--format", fmt, cwd=workdir)
+        assert out.returncode == 0, out.stderr
+    csv_rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    (line,) = [r for r in csv_rows if "torch.ones" in r["code"]]
+    assert int(line[f"{column}.rank1"]) == 4 * MiB
+    shown = cli("show", "merged.json", "--columns", column, cwd=workdir)
+    assert shown.stdout == merged.text(columns=[column])
+
+
+REPORT_SCRIPT = """\
+import sys
+import torch
+
+model = torch.nn.Linear(256, 256)
+cache = torch.zeros(int(sys.argv[1]), 1024)
+"""
+
+
+def test_report_show_and_diff_tensor_reports(tmp_path: Path):
+    """--report names the script's globals; show renders the saved report; diff says
+    which tensor grew, by exactly how much, and gates on it."""
+    (tmp_path / "hold.py").write_text(REPORT_SCRIPT)
+    for n, name in ((256, "a.json"), (512, "b.json")):
+        proc = cli("run", "--report", "-o", name, "hold.py", str(n), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert f"tensor report saved to {name[0]}.tensor_report.json" in proc.stderr
+    report = memlab_rs.load(tmp_path / "a.tensor_report.json")
+    rows = {r.name: r for r in report.rows}
+    assert rows["model.weight"].bytes == 256 * 256 * 4 and rows["model.bias"].bytes == 1024
+    assert (rows["cache"].bytes, rows["cache"].shape) == (MiB, (256, 1024))
+    shown = cli("show", "a.tensor_report.json", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout) == (0, report.to_text())
+    html = cli("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
+    assert html.stdout == report._repr_html_() + "\n"
+    document = json.loads(
+        cli("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
+    )
+    assert document["kind"] == "tensor_report"
+    line = one_line_error(
+        cli("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
+    )
+    assert "a tensor_report has no CSV form" in line
+    line = one_line_error(
+        cli("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
+    )
+    assert "--columns and --func apply to line profiles" in line
+
+    proc = cli("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "# tensor report diff: a.tensor_report.json -> b.tensor_report.json"
+    total = 256 * 256 * 4 + 1024 + MiB
+    assert lines[2] == (
+        f"## cpu: {memlab_rs.readable_size(total)} -> {memlab_rs.readable_size(total + MiB)} "
+        "(+1.00M)"
+    )
+    assert lines[3:] == [
+        "grew:",
+        "      +1.00M  cache  (512, 1024) torch.float32  (1.00M -> 2.00M)",
+    ]
+    data = json.loads(
+        cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--format", "json",
+            cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert data["rows"] == [
+        {
+            "name": "cache",
+            "device": "cpu",
+            "shape": "(512, 1024)",
+            "dtype": "torch.float32",
+            "a": MiB,
+            "b": 2 * MiB,
+            "change": MiB,
+        }
+    ]
+    gate = cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--fail-over", "512K",
+               cwd=tmp_path)  # fmt: skip
+    assert gate.returncode == 1
+    assert (
+        gate.stderr
+        == "memlab-rs diff: 1 grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
+    )
+    memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
+    line = one_line_error(cli("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff")
+    assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line
+
+
+CUDA_SCRIPT = """\
+import os
+import torch
+
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@profile
+def step():
+    x = torch.zeros(256, 1024, device="cuda")
+    return x
+
+
+step()
+"""
+
+
+@pytest.mark.cuda
+def test_run_profiles_this_rank_gpu_by_default(tmp_path: Path):
+    """Without --device, each rank reads its own GPU: LOCAL_RANK's, as torchrun sets it,
+    even though @profile made the profiler before the script chose its device."""
+    import torch
+
+    (tmp_path / "gpu.py").write_text(CUDA_SCRIPT)
+    last = torch.cuda.device_count() - 1
+    env = {"RANK": str(last), "LOCAL_RANK": str(last), "WORLD_SIZE": str(last + 1)}
+    proc = cli("run", "-o", "gpu.json", "gpu.py", cwd=tmp_path, env=env, device=None)
+    assert proc.returncode == 0, proc.stderr
+    saved_name = "gpu.json" if last == 0 else f"gpu.rank{last}.json"
+    result = memlab_rs.load(tmp_path / saved_name)
+    assert result.meta["device"] == f"cuda:{last}"
+    (line,) = [r for r in result.records() if "torch.zeros" in r["code"]]
+    assert line["allocated_bytes.all.allocated"] == MiB
+
+
+def test_show_renders_the_other_kinds(tmp_path: Path, capsys):
+    """`show` renders any kind memlab_rs.load reads as the result renders itself (in
+    process: the same main() the console script calls)."""
+    from memlab_rs import cli as command_line
+    from memlab_rs.models import TinyGPT
+
+    tracker = memlab_rs.MemTracker(path=f"{tmp_path}/", device="cpu")
+    tracker.track()
+    kept = torch.zeros(256, 1024)
+    tracked = tracker.track()
+    model = TinyGPT(vocab=64, dim=32, layers=1, heads=4, context=16)
+    estimated = memlab_rs.estimate(model, torch.zeros(2, 8, dtype=torch.long), device="cpu")
+    for result, name in ((tracked, "tracker.json"), (estimated, "estimate.json.gz")):
+        path = str(tmp_path / name)
+        result.save(path)
+        assert command_line.main(["show", path]) == 0
+        assert capsys.readouterr().out == result.text()
+        assert command_line.main(["show", path, "--format", "html"]) == 0
+        assert capsys.readouterr().out == result._repr_html_() + "\n"
+        assert command_line.main(["show", path, "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["kind"] == result.kind
+        assert command_line.main(["show", path, "--format", "csv"]) == 2
+        assert f"a {result.kind} has no CSV form" in capsys.readouterr().err
+    del kept

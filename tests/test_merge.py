@@ -1,0 +1,135 @@
+"""merge_results and diff_results on results made in process: exact per-rank values, the
+merged kinds saved and loaded back, unnamed tensors matched by what they are, and the
+errors that name what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memlab_rs
+from memlab_rs import diff_results, merge_results
+
+MiB = 1 << 20
+
+
+def grow(n):
+    x = torch.zeros(n, 1024)
+    y = torch.ones(2 * n, 1024)
+    return x.numel() + y.numel()
+
+
+def profile_of(n: int) -> memlab_rs.LineProfileResult:
+    with memlab_rs.LineProfiler(grow, device="cpu") as profiler:
+        grow(n)
+    return profiler.result()
+
+
+def test_merged_line_profile_values_and_round_trip(tmp_path):
+    merged = merge_results([profile_of(512), profile_of(256)], ranks=[1, 0])
+    assert merged.ranks == [0, 1] and merged.world_size == 2
+    column = "allocated_bytes.all.allocated"
+    (row,) = [r for r in merged.records() if "torch.ones" in r["code"]]
+    assert [row[f"{column}.{k}"] for k in ("rank0", "rank1", "min", "median", "max")] == [
+        2 * MiB,
+        4 * MiB,
+        2 * MiB,
+        3 * MiB,
+        4 * MiB,
+    ]
+    assert row[f"{column}.max_rank"] == 1 and (row["hits.min"], row["hits.max"]) == (1, 1)
+    path = tmp_path / "merged.json.gz"
+    merged.save(path)
+    loaded = memlab_rs.load(path)
+    assert type(loaded) is memlab_rs.MergedLineProfile
+    assert loaded.text() == merged.text() and loaded.records() == merged.records()
+    assert (
+        loaded.html() == merged.html()
+        and '<th colspan="4">active_bytes.all.peak</th>' in loaded.html()
+    )
+    assert loaded.to_csv(columns=[column]).splitlines()[0] == (
+        f"function,line,code,hits.min,hits.max,{column}.min,{column}.median,{column}.max,"
+        f"{column}.max_rank,{column}.rank0,{column}.rank1"
+    )
+    with pytest.raises(ValueError, match="unknown column 'bogus'"):
+        merged.text(columns=["bogus"])
+    with pytest.raises(
+        ValueError, match=r"no function 'nope' in this merged profile \(it has: grow\)"
+    ):
+        merged.text(func="nope")
+
+
+def test_a_line_one_rank_never_ran_is_left_out_of_its_statistics():
+    def branch(big):
+        if big:
+            z = torch.zeros(512, 1024)
+            return z
+        return None
+
+    results = []
+    for big in (False, True):
+        with memlab_rs.LineProfiler(branch, device="cpu") as profiler:
+            branch(big)
+        results.append(profiler.result())
+    merged = merge_results(results, ranks=[0, 1])
+    (row,) = [r for r in merged.records() if "torch.zeros" in r["code"]]
+    column = "allocated_bytes.all.allocated"
+    assert (row[f"{column}.rank0"], row[f"{column}.rank1"]) == (None, 2 * MiB)
+    assert (row[f"{column}.min"], row[f"{column}.max"], row[f"{column}.max_rank"]) == (
+        2 * MiB,
+        2 * MiB,
+        1,
+    )
+    assert (row["hits.min"], row["hits.max"]) == (0, 1)  # rank 0 ran it 0 times
+
+
+def reports_with(sizes: list[int]) -> memlab_rs.MemoryReport:
+    """A CPU report while unnamed tensors of these row counts are alive, in this order."""
+    held = [torch.zeros(n, 1024) for n in sizes]
+    report = memlab_rs.MemReporter().collect(device="cpu")
+    del held
+    return report
+
+
+def test_unnamed_tensors_are_matched_by_shape_not_by_number():
+    a = reports_with([128, 256])
+    b = reports_with([256, 128, 512])  # found in another order: numbered differently
+    merged = merge_results([a, b], ranks=[0, 1])
+    rows = {r["shape"]: r for r in merged.records() if r["name"] == "(unnamed)"}
+    assert (rows["(128, 1024)"]["rank0"], rows["(128, 1024)"]["rank1"]) == (MiB // 2, MiB // 2)
+    assert (rows["(256, 1024)"]["rank0"], rows["(256, 1024)"]["rank1"]) == (MiB, MiB)
+    assert (rows["(512, 1024)"]["rank0"], rows["(512, 1024)"]["rank1"]) == (0, 2 * MiB)
+    assert merged.records()[0]["shape"] == "(512, 1024)"  # the imbalance first
+    change = diff_results(a, b)
+    assert [(r["name"], r["shape"], r["change"]) for r in change.rows] == [
+        ("(unnamed)", "(512, 1024)", 2 * MiB)
+    ]
+    assert change.totals[0]["change"] == 2 * MiB
+
+
+def test_merged_tensor_report_round_trip(tmp_path):
+    merged = merge_results([reports_with([128]), reports_with([256])], ranks=[0, 1])
+    merged.save(tmp_path / "m.json")
+    loaded = memlab_rs.load(tmp_path / "m.json")
+    assert type(loaded) is memlab_rs.MergedTensorReport
+    assert loaded.text() == merged.text() and loaded.to_csv() == merged.to_csv()
+    assert loaded.html() == merged.html()
+
+
+def test_merge_errors_name_the_problem():
+    profile = profile_of(64)
+    with pytest.raises(ValueError, match="result 1 and result 2 are both rank 0"):
+        merge_results([profile, profile])
+    with pytest.raises(ValueError, match="results of one kind merge"):
+        merge_results([profile, reports_with([1])], ranks=[0, 1])
+    other = memlab_rs.LineProfileResult.from_data(
+        profile.to_data(), {**profile.meta, "world_size": 4}
+    )
+    with pytest.raises(ValueError, match=r"jobs of different sizes \(world sizes \[1, 4\]\)"):
+        merge_results([profile, other], ranks=[0, 1])
+    with pytest.raises(ValueError, match="no results to merge"):
+        merge_results([])
+    with pytest.raises(ValueError, match="2 ranks given for 1 results"):
+        merge_results([profile], ranks=[0, 1])
+    with pytest.raises(ValueError, match="a line_profile and B a tensor_report"):
+        diff_results(profile, reports_with([1]))
