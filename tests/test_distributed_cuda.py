@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,11 @@ pytestmark = [
     ),
 ]
 
+# The console script beside this interpreter (a venv), else the one on PATH (an install
+# with --target, as on the GPU machine).
 MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
+if not MEMLAB_RS.exists():
+    MEMLAB_RS = Path(shutil.which("memlab-rs") or MEMLAB_RS)
 
 SCRIPT = """\
 import json, sys
