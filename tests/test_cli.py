@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,11 @@ import torch
 
 import memlab_rs
 
+# The console script beside this interpreter (a venv), else the one on PATH (an install
+# with --target, as on the GPU machine).
 MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
+if not MEMLAB_RS.exists():
+    MEMLAB_RS = Path(shutil.which("memlab-rs") or MEMLAB_RS)
 MiB = 1 << 20
 
 # A script written for `@profile` without importing it, as kernprof's users write them.
