@@ -83,9 +83,13 @@ def test_a_line_one_rank_never_ran_is_left_out_of_its_statistics():
     assert (row["hits.min"], row["hits.max"]) == (0, 1)  # rank 0 ran it 0 times
 
 
+# An odd row width, so that no tensor another test left alive has these shapes.
+WIDTH = 1021
+
+
 def reports_with(sizes: list[int]) -> memlab_rs.MemoryReport:
     """A CPU report while unnamed tensors of these row counts are alive, in this order."""
-    held = [torch.zeros(n, 1024) for n in sizes]
+    held = [torch.zeros(n, WIDTH) for n in sizes]
     report = memlab_rs.MemReporter().collect(device="cpu")
     del held
     return report
@@ -96,15 +100,28 @@ def test_unnamed_tensors_are_matched_by_shape_not_by_number():
     b = reports_with([256, 128, 512])  # found in another order: numbered differently
     merged = merge_results([a, b], ranks=[0, 1])
     rows = {r["shape"]: r for r in merged.records() if r["name"] == "(unnamed)"}
-    assert (rows["(128, 1024)"]["rank0"], rows["(128, 1024)"]["rank1"]) == (MiB // 2, MiB // 2)
-    assert (rows["(256, 1024)"]["rank0"], rows["(256, 1024)"]["rank1"]) == (MiB, MiB)
-    assert (rows["(512, 1024)"]["rank0"], rows["(512, 1024)"]["rank1"]) == (0, 2 * MiB)
-    assert merged.records()[0]["shape"] == "(512, 1024)"  # the imbalance first
+
+    def nbytes(n: int) -> int:
+        return n * WIDTH * 4
+
+    assert (rows[f"(128, {WIDTH})"]["rank0"], rows[f"(128, {WIDTH})"]["rank1"]) == (
+        nbytes(128),
+        nbytes(128),
+    )
+    assert (rows[f"(256, {WIDTH})"]["rank0"], rows[f"(256, {WIDTH})"]["rank1"]) == (
+        nbytes(256),
+        nbytes(256),
+    )
+    assert (rows[f"(512, {WIDTH})"]["rank0"], rows[f"(512, {WIDTH})"]["rank1"]) == (
+        0,
+        nbytes(512),
+    )
+    assert merged.records()[0]["shape"] == f"(512, {WIDTH})"  # the imbalance first
     change = diff_results(a, b)
     assert [(r["name"], r["shape"], r["change"]) for r in change.rows] == [
-        ("(unnamed)", "(512, 1024)", 2 * MiB)
+        ("(unnamed)", f"(512, {WIDTH})", nbytes(512))
     ]
-    assert change.totals[0]["change"] == 2 * MiB
+    assert change.totals[0]["change"] == nbytes(512)
 
 
 def test_merged_tensor_report_round_trip(tmp_path):

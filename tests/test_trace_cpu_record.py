@@ -60,8 +60,11 @@ def at(trace: dict, address: int) -> list[tuple[str, int]]:
 
 
 def alloc_at(trace: dict, address: int) -> dict:
-    (entry,) = [e for e in entries(trace) if e["addr"] == address and e["action"] == "alloc"]
-    return entry
+    """The latest allocation at ``address`` (an address freed during the trace, by another
+    thread say, can be allocated again)."""
+    found = [e for e in entries(trace) if e["addr"] == address and e["action"] == "alloc"]
+    assert found, f"no allocation at {address:#x}"
+    return found[-1]
 
 
 def hook_slots_ours() -> list[bool]:
