@@ -24,8 +24,6 @@ JSON. ``regressions(over)`` lists what grew by more than ``over`` bytes, the che
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -144,16 +142,7 @@ class ResultDiff:
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The rows as CSV (also written to ``path`` when given)."""
-        out = io.StringIO()
-        if self.rows:
-            writer = csv.DictWriter(out, fieldnames=list(self.rows[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(self.rows)
-        text = out.getvalue()
-        if path is not None:
-            with open(path, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-        return text
+        return results.write_csv(self.rows, path)
 
     def __str__(self) -> str:
         return self.text()

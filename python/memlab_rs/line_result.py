@@ -114,20 +114,8 @@ class LineProfileResult:
         columns: Sequence[str] | None = None,
     ) -> str:
         """The records as CSV (also written to ``path`` when given)."""
-        import csv
-        import io
-
-        rows = self.records(func, columns)
-        out = io.StringIO()
         names = ["function", "line", "hits", "code", *self._columns(columns)]
-        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        text = out.getvalue()
-        if path is not None:
-            with open(path, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-        return text
+        return results.write_csv(self.records(func, columns), path, names)
 
     def to_dataframe(self, func: Any = None, columns: Sequence[str] | None = None) -> Any:
         """The records as a pandas DataFrame (``pip install memlab_rs[pandas]``)."""

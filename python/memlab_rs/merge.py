@@ -27,10 +27,8 @@ so gathering never allocates on the GPU being profiled.
 
 from __future__ import annotations
 
-import csv
 import datetime
 import html
-import io
 import os
 import re
 import statistics
@@ -306,7 +304,7 @@ class MergedLineProfile:
         columns: Sequence[str] | None = None,
     ) -> str:
         """The records as CSV (also written to ``path`` when given)."""
-        return _csv(self.records(func, columns), path)
+        return results.write_csv(self.records(func, columns), path)
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -491,7 +489,7 @@ class MergedTensorReport:
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The records as CSV (also written to ``path`` when given)."""
-        return _csv(self.records(), path)
+        return results.write_csv(self.records(), path)
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -684,19 +682,6 @@ def _text_table(
                 cells.append(cell.rjust(widths[i]))
         out.append("  ".join(cells).rstrip() + "\n")
     return "".join(out)
-
-
-def _csv(records: list[dict[str, Any]], path: str | os.PathLike[str] | None) -> str:
-    out = io.StringIO()
-    if records:
-        writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    text = out.getvalue()
-    if path is not None:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    return text
 
 
 results.register("merged_line_profile", MergedLineProfile.from_data)
