@@ -36,7 +36,13 @@ def test_entry_point_is_installed_and_light():
     neither memlab_rs nor torch (pytest loads it in every run of every project)."""
     from importlib.metadata import entry_points
 
-    found = [e for e in entry_points(group="pytest11") if e.name == "memlab_rs"]
+    points = entry_points()
+    # Python 3.9's entry_points() is a plain dict of groups; 3.10+ selects them.
+    if hasattr(points, "select"):
+        group = points.select(group="pytest11")
+    else:
+        group = points.get("pytest11", [])
+    found = [e for e in group if e.name == "memlab_rs"]
     assert [e.value for e in found] == ["pytest_memlab_rs"]
 
 
