@@ -337,8 +337,11 @@ def test_help_reads_like_the_reference_tools(tmp_path: Path):
     proc = cli("run", "--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("usage: memlab-rs run [options] (script.py | -m module)")
-    for option in ("--line FUNC", "--report", "--trace", "-o FILE", "--device DEV", "-m module"):
+    # Python 3.13's argparse prints "-o, --outfile FILE" where older ones print
+    # "-o FILE, --outfile FILE".
+    for option in ("--line FUNC", "--report", "--trace", "--outfile FILE", "--device DEV"):
         assert option in proc.stdout
+    assert "-m module" in proc.stdout and re.search(r"-o( FILE)?, --outfile", proc.stdout)
     same = subprocess.run(
         [sys.executable, "-m", "memlab_rs", "--version"], capture_output=True, text=True
     )
