@@ -157,7 +157,7 @@ def spread(values: Sequence[Value], ranks: Sequence[int]) -> dict[str, Any]:
     }
 
 
-class MergedLineProfile:
+class MergedLineProfile(results.SavedResult):
     """Line profiles of several ranks, line by line: each column's value on each rank.
 
     ``records()`` gives, per source line, each column's ``min``, ``median``, ``max``,
@@ -306,14 +306,6 @@ class MergedLineProfile:
         """The records as CSV (also written to ``path`` when given)."""
         return results.write_csv(self.records(func, columns), path)
 
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def __str__(self) -> str:
-        return self.text()
-
-    __repr__ = __str__
-
     def to_data(self) -> dict[str, Any]:
         """The merged profile as JSON values (the saved file's ``data``)."""
         return {
@@ -323,10 +315,6 @@ class MergedLineProfile:
             "functions": self.blocks,
             "notices": self.notices,
         }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedLineProfile:
@@ -373,7 +361,7 @@ class MergedLineProfile:
         return [b for b in self.blocks if b["qualname"] in wanted]
 
 
-class MergedTensorReport:
+class MergedTensorReport(results.SavedResult):
     """Tensor reports of several ranks, tensor by tensor: each tensor's bytes on each rank
     (0 where a rank does not hold it), keyed by name and device type (``cuda`` for every
     rank's own GPU).
@@ -491,14 +479,6 @@ class MergedTensorReport:
         """The records as CSV (also written to ``path`` when given)."""
         return results.write_csv(self.records(), path)
 
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def __str__(self) -> str:
-        return self.text()
-
-    __repr__ = __str__
-
     def to_data(self) -> dict[str, Any]:
         """The merged report as JSON values (the saved file's ``data``)."""
         return {
@@ -507,10 +487,6 @@ class MergedTensorReport:
             "rows": self.rows,
             "totals": self.totals,
         }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedTensorReport:

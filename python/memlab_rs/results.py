@@ -292,6 +292,37 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         raise ValueError(f"{name}: a damaged {kind} result ({type(e).__name__}: {e})") from None
 
 
+class SavedResult:
+    """What a result class shares: ``save(path)``, ``str()`` as its ``text()``, Jupyter's
+    display as its ``html()``. Subclasses define ``kind``, ``meta``, ``to_data()``,
+    ``text()`` and ``html()``."""
+
+    kind: str
+    meta: dict[str, Any]
+
+    def to_data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def html(self) -> str:
+        raise NotImplementedError
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        save(self, path)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
 def write_csv(
     records: list[dict[str, Any]],
     path: str | os.PathLike[str] | None = None,
