@@ -1,7 +1,8 @@
 """The gc walk on its own: exact in every gc state, safe inside collections.
 
 The randomized model (tests/gc_walk_model.py) runs in fresh interpreters: on instances of a
-plain class without torch (the walk itself, thousands of sequences), on tensors, and with the
+plain class without torch (the walk itself, hundreds of sequences per Python, each
+Python from its own seeds), on tensors, and with the
 official fallback forced, so that each path the walk can take is checked against the model.
 """
 
@@ -25,6 +26,21 @@ IN_PLACE = (
 )
 
 
+# The sequences each Python runs. CI runs this file on five Pythons, each from its own seeds
+# (the minor version is added to the seed), so together they cover five times as many
+# sequences as one run. MEMLAB_RS_FUZZ_SCALE=10 runs ten times as many here, for a long hunt.
+SCALE = float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))
+SEED_OFFSET = sys.version_info.minor
+
+
+def sequences(count: int) -> str:
+    return str(max(1, round(count * SCALE)))
+
+
+def seed(base: int) -> str:
+    return str(base + SEED_OFFSET)
+
+
 def run_model(*args: str, env: dict | None = None, timeout: float = 900) -> str:
     proc = subprocess.run(
         [sys.executable, MODEL, *args],
@@ -38,11 +54,11 @@ def run_model(*args: str, env: dict | None = None, timeout: float = 900) -> str:
     return proc.stdout
 
 
-def test_model_of_plain_objects_thousands_of_sequences():
+def test_model_of_plain_objects_hundreds_of_sequences():
     # Allocations, drops, cycles, finalisers and weakref callbacks that walk during a
     # collection (some resurrecting), gc callbacks that walk, collections of each
     # generation, automatic collections, freeze/unfreeze; walks at random points.
-    out = run_model("--kind", "node", "--sequences", "3000", "--seed", "20261122")
+    out = run_model("--kind", "node", "--sequences", sequences(800), "--seed", seed(20261122))
     assert out.startswith("OK ")
     assert IN_PLACE in out and "gc.get_objects()" in out
 
@@ -51,14 +67,16 @@ def test_model_of_plain_objects_resuming_as_the_tracker_does():
     # The tracker's walk: resumes from the last walk on 3.12/3.13 too. Sequences include
     # collections of generation 0 only (the sentinel moves to generation 1 and is resumed
     # from), generation 1 then freeze/unfreeze (the case a generation-2 resume would miss).
-    out = run_model("--kind", "node", "--sequences", "1500", "--seed", "20261122", "--resume")
+    out = run_model(
+        "--kind", "node", "--sequences", sequences(400), "--seed", seed(20261122), "--resume"
+    )
     assert out.startswith("OK ")
     if sys.version_info < (3, 14):
         assert "gc generation lists, since the last walk" in out
 
 
 def test_model_of_tensors():
-    out = run_model("--kind", "tensor", "--sequences", "60", "--seed", "3")
+    out = run_model("--kind", "tensor", "--sequences", sequences(20), "--seed", seed(3))
     assert out.startswith("OK ") and IN_PLACE in out
 
 
@@ -67,9 +85,9 @@ def test_model_with_the_official_fallback_forced():
         "--kind",
         "node",
         "--sequences",
-        "300",
+        sequences(150),
         "--seed",
-        "5",
+        seed(5),
         env={"MEMLAB_RS_GC_WALK": "get_objects"},
     )
     assert out.startswith("OK ") and "strategies: ['gc.get_objects()']" in out

@@ -203,6 +203,11 @@ def big_snapshot(path, target_bytes):
     return copies, len(entries)
 
 
+# Big enough that the pickle's dict dwarfs the fixed costs (the imports are measured out),
+# small enough to build and load in seconds on every Python CI runs.
+SIZE = 32 << 20
+
+
 def measure(how, path):
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, how, str(path)],
@@ -212,9 +217,9 @@ def measure(how, path):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
-def test_a_100mb_snapshot_streams_in_a_fraction_of_pickle_loads_memory(tmp_path):
+def test_a_32mb_snapshot_streams_in_a_fraction_of_pickle_loads_memory(tmp_path):
     path = tmp_path / "big.pickle"
-    copies, entries = big_snapshot(path, 100 << 20)
+    copies, entries = big_snapshot(path, SIZE)
     size = os.path.getsize(path)
     stream = measure("stream", path)
     dict_path = measure("pickle", path)
@@ -226,5 +231,6 @@ def test_a_100mb_snapshot_streams_in_a_fraction_of_pickle_loads_memory(tmp_path)
           f"peak RSS above the imports: stream {grew['stream']:.0f} MiB in "
           f"{stream['seconds']:.2f} s, pickle.load + dict {grew['pickle']:.0f} MiB in "
           f"{dict_path['seconds']:.2f} s")
-    # Measured: 93 MiB, 1.07M entries: stream +97 MiB, pickle.load + dict +552 MiB.
+    # Measured: 30 MiB, 341k entries: stream +32 MiB, pickle.load + dict +176 MiB (at 93 MiB
+    # it was +97 against +552: the ratio holds as the file grows).
     assert grew["stream"] * 3 < grew["pickle"]
