@@ -336,18 +336,23 @@ def _show(args: argparse.Namespace) -> int:
         view = {"func": args.func}
         if columns != "default":
             view["columns"] = columns
-    if args.format == "json":
-        text = _json(result)
-    elif args.format == "csv":
-        if not hasattr(result, "to_csv"):
-            raise CliError(f"a {kind} has no CSV form; use --format text, html or json")
-        text = result.to_csv(**view)  # every saved column unless --columns says
-    elif args.format == "html":
-        text = _render(result, ("html", "_repr_html_"), view) + "\n"
-    else:
-        text = _render(result, ("text", "to_text"), view)
-    _write(text, args.outfile)
+    _write(_formatted(result, args.format, view), args.outfile)
     return 0
+
+
+def _formatted(result: Any, form: str, view: dict[str, Any]) -> str:
+    """``result`` in the output format ``form`` (text, html, json or csv), with the line
+    profile's ``view`` (columns, functions); show and merge print through it."""
+    if form == "json":
+        return _json(result)
+    if form == "csv":
+        if not hasattr(result, "to_csv"):
+            kind = getattr(result, "kind", "trace recording")
+            raise CliError(f"a {kind} has no CSV form; use --format text, html or json")
+        return str(result.to_csv(**view))  # every saved column unless --columns says
+    if form == "html":
+        return _render(result, ("html", "_repr_html_"), view) + "\n"
+    return _render(result, ("text", "to_text"), view)
 
 
 def _json(result: Any) -> str:
@@ -409,15 +414,7 @@ def _merge(args: argparse.Namespace) -> int:
     view: dict[str, Any] = {} if columns == "default" else {"columns": columns}
     if args.outfile:
         merged.save(args.outfile)
-    if args.format == "json":
-        text = _json(merged)
-    elif args.format == "csv":
-        text = merged.to_csv(**view)
-    elif args.format == "html":
-        text = merged.html(**view) + "\n"
-    else:
-        text = merged.text(**view)
-    _write(text, None)
+    _write(_formatted(merged, args.format, view), None)
     return 0
 
 
