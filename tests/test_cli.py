@@ -1,9 +1,18 @@
-"""The `memlab-rs` command line, end to end through the installed console script: run
-(a script using @profile unmodified, --line, -m, exit statuses), show in every format,
-diff, merge, and bad input giving one line on stderr and a non-zero status."""
+"""The `memlab-rs` command line: run (a script using @profile unmodified, --line, -m, exit
+statuses), show in every format, diff, merge, and bad input giving one line on stderr and a
+non-zero status.
+
+`run` goes through the installed console script, in a process of its own: it runs the
+script as that process's __main__ and exits with its status. `show`, `diff` and `merge`
+(and `run`'s errors found before a script is looked at) call `memlab_rs.cli.main`, the
+function the console script calls, in this interpreter (`cli_in_process`): a process each
+costs an import of torch. One `show` and `python -m memlab_rs` still go through a process
+of their own, for the entry points."""
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import csv
 import io
 import json
@@ -13,12 +22,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import memlab_rs
+import memlab_rs.cli
 
 # The console script beside this interpreter (a venv), else the one on PATH (an install
 # with --target, as on the GPU machine).
@@ -82,6 +93,64 @@ def cli(
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+# The module behind @profile (the package's `profile` is the decorator).
+PROFILE_MODULE = sys.modules["memlab_rs.profile"]
+
+
+def interpreter_state() -> dict[str, object]:
+    """What `memlab-rs run` changes in its process (cwd aside, before the script starts),
+    and what could leave a profiler on: an in-process call leaves all of it as it was."""
+    return {
+        "cwd": os.getcwd(),
+        "sys.argv": list(sys.argv),
+        "sys.path": list(sys.path),
+        "__main__": sys.modules.get("__main__"),
+        "builtins.profile": getattr(builtins, "profile", None),
+        "trace function": sys.gettrace(),
+        "profile function": sys.getprofile(),
+        "global line profiler": (
+            PROFILE_MODULE._global,
+            PROFILE_MODULE._global_device,
+            list(PROFILE_MODULE._print_at_exit),
+        ),
+    }
+
+
+def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`memlab-rs ARGS` run in ``cwd`` by ``memlab_rs.cli.main``, the function the console
+    script calls, in this interpreter: its exit status (an argparse exit's too), stdout and
+    stderr, as ``cli`` gives them. Warnings go to stderr as Python's default filters would
+    print them in the console script's process. For show, diff, merge, help, and run's
+    errors found before a script is looked at (a `run` that reaches the script needs
+    ``cli``: it makes the script this interpreter's __main__)."""
+    if args[:1] == ("run",):
+        args = ("run", "--device", "cpu", *args[1:])
+    before = interpreter_state()
+    stdout, stderr = io.StringIO(), io.StringIO()
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # Python's default filters, not pytest's
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                             ResourceWarning):  # fmt: skip
+                warnings.simplefilter("ignore", category)
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    status = memlab_rs.cli.main(list(args))
+                except SystemExit as stop:  # argparse: --help, --version, a usage error
+                    status = 0 if stop.code is None else stop.code
+        for w in caught:
+            stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+    finally:
+        os.chdir(before["cwd"])  # type: ignore[arg-type]
+    assert interpreter_state() == before
+    assert isinstance(status, int), status
+    return subprocess.CompletedProcess(
+        ["memlab-rs", *args], status, stdout.getvalue(), stderr.getvalue()
     )
 
 
@@ -289,11 +358,11 @@ def test_run_output_names_carry_rank_and_kind(workdir: Path):
     trace = memlab_rs.load(workdir / f"memlab_rs.train.{pid}.rank1.trace.json")
     assert trace.kind == "trace" and (trace.meta["rank"], trace.meta["world_size"]) == (1, 2)
     assert trace.max_mem("cpu") >= 3 * MiB
-    shown = cli("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
+    shown = cli_in_process("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.text()
     # a snapshot pickle (TraceResult.save("x.pickle")) shows too
     trace.save(workdir / "snapshot.pickle")
-    shown = cli("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
+    shown = cli_in_process("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.to_csv()
     # -o: placeholders, .gz, and the rank inserted when the name has none
     proc = cli("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env)
@@ -313,28 +382,34 @@ def test_run_says_when_nothing_was_profiled(tmp_path: Path):
 
 
 def test_run_bad_input_is_one_line(workdir: Path):
+    # found before the script is read or sys.argv and sys.path are set: in process
     assert "can't open file 'missing.py'" in one_line_error(
-        cli("run", "missing.py", cwd=workdir), "run"
+        cli_in_process("run", "missing.py", cwd=workdir), "run"
     )
+    (workdir / "broken.py").write_text("x = (\n")
+    assert "is not valid Python" in one_line_error(
+        cli_in_process("run", "broken.py", cwd=workdir), "run"
+    )
+    assert "bad placeholder" in one_line_error(
+        cli_in_process("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
+    )
+    proc = cli_in_process("run", cwd=workdir)
+    assert proc.returncode == 2 and "give the script to run" in proc.stderr
+    # -m sets sys.path[0] (as python -m does) before it looks the module up: a process
     assert "no module named 'no_such_module'" in one_line_error(
         cli("run", "-m", "no_such_module", cwd=workdir), "run"
     )
-    (workdir / "broken.py").write_text("x = (\n")
-    assert "is not valid Python" in one_line_error(cli("run", "broken.py", cwd=workdir), "run")
-    assert "bad placeholder" in one_line_error(
-        cli("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
-    )
-    proc = cli("run", cwd=workdir)
-    assert proc.returncode == 2 and "give the script to run" in proc.stderr
 
 
-def test_help_reads_like_the_reference_tools(tmp_path: Path):
-    proc = cli("--help", cwd=tmp_path)
+def test_help_reads_like_the_reference_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width, here and in the process below
+    proc = cli_in_process("--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("usage: memlab-rs [-h] [--version] COMMAND ...")
     for command in ("run", "show", "diff", "merge", "examples:", "exit status:"):
         assert command in proc.stdout
-    proc = cli("run", "--help", cwd=tmp_path)
+    top = proc.stdout
+    proc = cli_in_process("run", "--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("usage: memlab-rs run [options] (script.py | -m module)")
     # Python 3.13's argparse prints "-o, --outfile FILE" where older ones print
@@ -342,70 +417,92 @@ def test_help_reads_like_the_reference_tools(tmp_path: Path):
     for option in ("--line FUNC", "--report", "--trace", "--outfile FILE", "--device DEV"):
         assert option in proc.stdout
     assert "-m module" in proc.stdout and re.search(r"-o( FILE)?, --outfile", proc.stdout)
+    version = cli_in_process("--version", cwd=tmp_path)
+    assert (version.returncode, version.stdout) == (0, f"memlab-rs {memlab_rs.__version__}\n")
+    # python -m memlab_rs: the same command line, through the package's __main__
     same = subprocess.run(
-        [sys.executable, "-m", "memlab_rs", "--version"], capture_output=True, text=True
+        [sys.executable, "-m", "memlab_rs", "--help"], capture_output=True, text=True
     )
-    assert same.stdout == f"memlab-rs {memlab_rs.__version__}\n"
+    assert (same.returncode, same.stdout, same.stderr) == (0, top, "")
+
+
+@pytest.fixture(scope="module")
+def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a.json and b.json: train.py run with 256 and 512 (once per module)."""
+    folder = tmp_path_factory.mktemp("two_runs")
+    (folder / "train.py").write_text(SCRIPT)
+    for n, name in ((256, "a.json"), (512, "b.json")):
+        proc = cli("run", "-q", "-o", name, "train.py", str(n), "0", cwd=folder)
+        assert proc.returncode == 0, proc.stderr
+    return folder
 
 
 @pytest.fixture
-def two_runs(workdir: Path) -> tuple[Path, Path]:
-    for n, name in ((256, "a.json"), (512, "b.json")):
-        proc = cli("run", "-q", "-o", name, "train.py", str(n), "0", cwd=workdir)
-        assert proc.returncode == 0, proc.stderr
-    return workdir / "a.json", workdir / "b.json"
+def two_runs(saved_runs: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """a.json and b.json (``saved_runs``) copied to this test's own folder."""
+    for name in ("train.py", "a.json", "b.json"):
+        shutil.copy(saved_runs / name, tmp_path / name)
+    return tmp_path / "a.json", tmp_path / "b.json"
 
 
 def test_show_every_format(two_runs: tuple[Path, Path]):
     path, _ = two_runs
     folder = path.parent
     result = memlab_rs.load(path)
-    text = cli("show", "a.json", cwd=folder)
-    assert (text.returncode, text.stdout) == (0, result.text())
+    text = cli("show", "a.json", cwd=folder)  # the console script, end to end
+    assert (text.returncode, text.stdout, text.stderr) == (0, result.text(), "")
+    same = cli_in_process("show", "a.json", cwd=folder)
+    assert (same.returncode, same.stdout, same.stderr) == (0, result.text(), "")
     columns = ["allocated_bytes.all.allocated", "active_bytes.all.current"]
-    chosen = cli("show", "a.json", "--columns", ",".join(columns), "--func", "step", cwd=folder)
+    chosen = cli_in_process(
+        "show", "a.json", "--columns", ",".join(columns), "--func", "step", cwd=folder
+    )
     assert chosen.stdout == result.text("step", columns)
-    every = cli("show", "a.json", "--columns", "all", cwd=folder)
+    every = cli_in_process("show", "a.json", "--columns", "all", cwd=folder)
     assert every.stdout == result.text(columns=None)
-    html = cli("show", "a.json", "--format", "html", cwd=folder)
+    html = cli_in_process("show", "a.json", "--format", "html", cwd=folder)
     assert html.stdout == result.html() + "\n" and "<table" in html.stdout
-    document = json.loads(cli("show", "a.json", "--format", "json", cwd=folder).stdout)
+    document = json.loads(cli_in_process("show", "a.json", "--format", "json", cwd=folder).stdout)
     assert document["kind"] == "line_profile" and document["data"] == result.to_data()
     rows = list(
-        csv.DictReader(io.StringIO(cli("show", "a.json", "--format", "csv", cwd=folder).stdout))
+        csv.DictReader(
+            io.StringIO(cli_in_process("show", "a.json", "--format", "csv", cwd=folder).stdout)
+        )
     )
     (line,) = [r for r in rows if "torch.ones" in r["code"]]
     assert int(line["allocated_bytes.all.allocated"]) == 2 * MiB
-    cli("show", "a.json", "-o", "a.txt", cwd=folder)
+    cli_in_process("show", "a.json", "-o", "a.txt", cwd=folder)
     assert (folder / "a.txt").read_text() == result.text()
 
 
 def test_show_bad_input_is_one_line(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
     line = one_line_error(
-        cli("show", "a.json", "--columns", "active_bytes.all.peek", cwd=folder), "show"
+        cli_in_process("show", "a.json", "--columns", "active_bytes.all.peek", cwd=folder), "show"
     )
     assert "unknown column 'active_bytes.all.peek'" in line
     assert "did you mean 'active_bytes.all.peak'" in line and "allocated_bytes.all.freed" in line
-    line = one_line_error(cli("show", "a.json", "--func", "nope", cwd=folder), "show")
+    line = one_line_error(cli_in_process("show", "a.json", "--func", "nope", cwd=folder), "show")
     assert "no function 'nope' in this line profile (it has: step)" in line
     (folder / "notes.txt").write_text("not a result\n")
-    line = one_line_error(cli("show", "notes.txt", cwd=folder), "show")
+    line = one_line_error(cli_in_process("show", "notes.txt", cwd=folder), "show")
     assert "notes.txt: not a memlab_rs result file" in line
     (folder / "other.json").write_text('{"format": "something else"}')
     assert "not a memlab_rs result file" in one_line_error(
-        cli("show", "other.json", cwd=folder), "show"
+        cli_in_process("show", "other.json", cwd=folder), "show"
     )
     assert "missing.json: no such file" in one_line_error(
-        cli("show", "missing.json", cwd=folder), "show"
+        cli_in_process("show", "missing.json", cwd=folder), "show"
     )
-    proc = cli("show", "a.json", "--format", "pdf", cwd=folder)
+    proc = cli_in_process("show", "a.json", "--format", "pdf", cwd=folder)
     assert proc.returncode == 2 and "invalid choice: 'pdf'" in proc.stderr
 
 
 def test_diff_line_profiles(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
-    proc = cli("diff", "a.json", "b.json", "--columns", "allocated_bytes.all.allocated", cwd=folder)
+    proc = cli_in_process(
+        "diff", "a.json", "b.json", "--columns", "allocated_bytes.all.allocated", cwd=folder
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# line profile diff: a.json -> b.json\n")
     assert "allocated_bytes.all.allocated: 2 lines grew (+3.00M), 0 shrank" in proc.stdout
@@ -414,31 +511,37 @@ def test_diff_line_profiles(two_runs: tuple[Path, Path]):
                                "(2.00M", "->", "4.00M)"]  # fmt: skip
     assert grew[1].split()[:2] == ["+1.00M", "step:7"]
     data = json.loads(
-        cli("diff", "a.json", "b.json", "--format", "json", "--columns", "all", cwd=folder).stdout
+        cli_in_process(
+            "diff", "a.json", "b.json", "--format", "json", "--columns", "all", cwd=folder
+        ).stdout
     )
     (row,) = [r for r in data["rows"] if r["column"] == "active_bytes.all.peak" and r["line"] == 8]
     assert (row["a"], row["b"], row["change"]) == (3 * MiB, 6 * MiB, 3 * MiB)
     # a regression gate: status 1 when a line grew by more than the limit
-    gate = cli("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
+    gate = cli_in_process("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
     assert gate.returncode == 1
     assert gate.stderr == (
         "memlab-rs diff: 4 grew by more than 2.50M; the largest +3.00M at step:8 "
         "(active_bytes.all.peak)\n"
     )
-    assert cli("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
-    same = cli("diff", "a.json", "a.json", cwd=folder)
+    assert (
+        cli_in_process("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
+    )
+    same = cli_in_process("diff", "a.json", "a.json", cwd=folder)
     assert same.returncode == 0 and "0 lines grew (0.00B), 0 shrank" in same.stdout
 
 
 def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
-    line = one_line_error(cli("merge", "a.json", "b.json", cwd=folder), "merge")
+    line = one_line_error(cli_in_process("merge", "a.json", "b.json", cwd=folder), "merge")
     assert "a.json and b.json are both rank 0" in line
-    line = one_line_error(cli("diff", "a.json", "missing.json", cwd=folder), "diff")
+    line = one_line_error(cli_in_process("diff", "a.json", "missing.json", cwd=folder), "diff")
     assert "missing.json" in line
-    line = one_line_error(cli("diff", "a.json", "b.json", "--columns", "bogus", cwd=folder), "diff")
+    line = one_line_error(
+        cli_in_process("diff", "a.json", "b.json", "--columns", "bogus", cwd=folder), "diff"
+    )
     assert "unknown column 'bogus'" in line
-    proc = cli("diff", "a.json", "b.json", "--fail-over", "lots", cwd=folder)
+    proc = cli_in_process("diff", "a.json", "b.json", "--fail-over", "lots", cwd=folder)
     assert proc.returncode == 2 and "'lots' is not a size" in proc.stderr
 
 
@@ -449,7 +552,7 @@ def test_merge_line_profiles_of_two_ranks(workdir: Path):
         env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
         proc = cli("run", "-q", "-o", "r.json", "train.py", str(n), "0", cwd=workdir, env=env)
         assert proc.returncode == 0, proc.stderr
-    proc = cli("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
+    proc = cli_in_process("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     merged = memlab_rs.load(workdir / "merged.json")
     assert merged.kind == "merged_line_profile" and proc.stdout == merged.text()
@@ -471,12 +574,12 @@ def test_merge_line_profiles_of_two_ranks(workdir: Path):
     (first,) = [ln for ln in proc.stdout.splitlines() if ln.endswith("@profile")]
     assert first.split() == ["0.00B", "0.00B", "0.00B", "-"] * 2 + ["5", "1", "@profile"]
     for fmt in ("html", "json", "csv"):
-        out = cli("merge", "r.rank0.json", "r.rank1.json", "--format", fmt, cwd=workdir)
+        out = cli_in_process("merge", "r.rank0.json", "r.rank1.json", "--format", fmt, cwd=workdir)
         assert out.returncode == 0, out.stderr
     csv_rows = list(csv.DictReader(io.StringIO(out.stdout)))
     (line,) = [r for r in csv_rows if "torch.ones" in r["code"]]
     assert int(line[f"{column}.rank1"]) == 4 * MiB
-    shown = cli("show", "merged.json", "--columns", column, cwd=workdir)
+    shown = cli_in_process("show", "merged.json", "--columns", column, cwd=workdir)
     assert shown.stdout == merged.text(columns=[column])
 
 
@@ -501,24 +604,24 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
     rows = {r.name: r for r in report.rows}
     assert rows["model.weight"].bytes == 256 * 256 * 4 and rows["model.bias"].bytes == 1024
     assert (rows["cache"].bytes, rows["cache"].shape) == (MiB, (256, 1024))
-    shown = cli("show", "a.tensor_report.json", cwd=tmp_path)
+    shown = cli_in_process("show", "a.tensor_report.json", cwd=tmp_path)
     assert (shown.returncode, shown.stdout) == (0, report.to_text())
-    html = cli("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
+    html = cli_in_process("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
     assert html.stdout == report._repr_html_() + "\n"
     document = json.loads(
-        cli("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
+        cli_in_process("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
     )
     assert document["kind"] == "tensor_report"
     line = one_line_error(
-        cli("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
+        cli_in_process("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
     )
     assert "a tensor_report has no CSV form" in line
     line = one_line_error(
-        cli("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
+        cli_in_process("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
     )
     assert "--columns and --func apply to line profiles" in line
 
-    proc = cli("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
+    proc = cli_in_process("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "# tensor report diff: a.tensor_report.json -> b.tensor_report.json"
@@ -531,10 +634,8 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
         "grew:",
         "      +1.00M  cache  (512, 1024) torch.float32  (1.00M -> 2.00M)",
     ]
-    data = json.loads(
-        cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--format", "json",
-            cwd=tmp_path).stdout
-    )  # fmt: skip
+    a, b = "a.tensor_report.json", "b.tensor_report.json"
+    data = json.loads(cli_in_process("diff", a, b, "--format", "json", cwd=tmp_path).stdout)
     assert data["rows"] == [
         {
             "name": "cache",
@@ -546,15 +647,16 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
             "change": MiB,
         }
     ]
-    gate = cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--fail-over", "512K",
-               cwd=tmp_path)  # fmt: skip
+    gate = cli_in_process("diff", a, b, "--fail-over", "512K", cwd=tmp_path)
     assert gate.returncode == 1
     assert (
         gate.stderr
         == "memlab-rs diff: 1 grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
     )
     memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
-    line = one_line_error(cli("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff")
+    line = one_line_error(
+        cli_in_process("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff"
+    )
     assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line
 
 
