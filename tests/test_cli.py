@@ -173,9 +173,12 @@ def saved(folder: Path, pattern: str = "memlab_rs.*.json") -> list[Path]:
     return sorted(folder.glob(pattern))
 
 
-def in_process_records(script: str, folder: Path) -> dict[str, list[dict]]:
+@pytest.fixture(scope="module")
+def in_process_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """The functions of train.py profiled in a fresh interpreter by LineProfiler itself:
-    {function: records}, every saved column."""
+    {function: records}, every saved column (once per module: records name no file)."""
+    folder = tmp_path_factory.mktemp("in_process")
+    (folder / "train.py").write_text(SCRIPT)
     code = f"""
         import importlib.util, json, sys
         import memlab_rs
@@ -199,7 +202,7 @@ def in_process_records(script: str, folder: Path) -> dict[str, list[dict]]:
     return json.loads(proc.stdout)
 
 
-def test_run_profile_unmodified_matches_in_process(workdir: Path):
+def test_run_profile_unmodified_matches_in_process(workdir: Path, in_process_records: dict):
     proc = cli("run", "train.py", "256", "3", cwd=workdir)
     # the script's own argv, __main__, output and exit status
     assert proc.returncode == 3, proc.stderr
@@ -213,8 +216,7 @@ def test_run_profile_unmodified_matches_in_process(workdir: Path):
     assert result.functions == ["step"]
     assert result.meta["argv"] == ["train.py", "256", "3"]
     assert (result.meta["rank"], result.meta["world_size"]) == (0, 1)
-    expected = in_process_records(SCRIPT, workdir)
-    assert result.records("step") == expected["step"]
+    assert result.records("step") == in_process_records["step"]
     lines = {r["code"].strip(): r for r in result.records("step")}
     assert lines["a = torch.zeros(n, 1024)"]["active_bytes.all.peak"] == MiB
     assert lines["b = torch.ones(2 * n, 1024)"]["active_bytes.all.peak"] == 3 * MiB
@@ -223,7 +225,7 @@ def test_run_profile_unmodified_matches_in_process(workdir: Path):
     assert result.text() in proc.stdout
 
 
-def test_run_line_profiles_functions_by_qualified_name(workdir: Path):
+def test_run_line_profiles_functions_by_qualified_name(workdir: Path, in_process_records: dict):
     proc = cli(
         "run",
         "--line",
@@ -245,9 +247,8 @@ def test_run_line_profiles_functions_by_qualified_name(workdir: Path):
         "Model.forward",
         "Model.forward.<locals>.inner",
     }
-    expected = in_process_records(SCRIPT, workdir)
     for function in ("helper", "Model.forward"):
-        assert result.records(function) == expected[function]
+        assert result.records(function) == in_process_records[function]
     (line,) = [r for r in result.records("helper") if "torch.empty" in r["code"]]
     assert line["allocated_bytes.all.allocated"] == 4 * MiB and line["hits"] == 1
     (line,) = [r for r in result.records("Model.forward.<locals>.inner") if "zeros" in r["code"]]
