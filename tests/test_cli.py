@@ -101,8 +101,9 @@ PROFILE_MODULE = sys.modules["memlab_rs.profile"]
 
 
 def interpreter_state() -> dict[str, object]:
-    """What `memlab-rs run` changes in its process (cwd aside, before the script starts),
-    and what could leave a profiler on: an in-process call leaves all of it as it was."""
+    """The working directory, what `memlab-rs run` changes in its process before the script
+    starts (sys.argv, sys.path, __main__, builtins.profile, the global line profiler), and
+    what would leave a profiler on: an in-process call must leave all of it as it was."""
     return {
         "cwd": os.getcwd(),
         "sys.argv": list(sys.argv),
@@ -146,8 +147,13 @@ def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         for w in caught:
             stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     finally:
+        left_in = os.getcwd()
         os.chdir(before["cwd"])  # type: ignore[arg-type]
-    assert interpreter_state() == before
+        after = interpreter_state()
+        sys.argv[:], sys.path[:] = before["sys.argv"], before["sys.path"]  # type: ignore[index]
+        sys.modules["__main__"] = before["__main__"]  # type: ignore[assignment]
+    # (put back above, so that a leak fails this test alone)
+    assert os.path.samefile(left_in, cwd) and after == before
     assert isinstance(status, int), status
     return subprocess.CompletedProcess(
         ["memlab-rs", *args], status, stdout.getvalue(), stderr.getvalue()
