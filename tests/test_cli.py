@@ -74,26 +74,48 @@ if __name__ == "__main__":
 """
 
 
-def cli(
+def start(
     *args: str,
     cwd: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 180,
     device: str | None = "cpu",
-):
-    """Run the installed console script; the completed process. `run` reads ``device``
-    (the CPU by default: the tests measure CPU tensors, and on a GPU machine the default
-    would be the GPU; None leaves the default)."""
+    program: tuple[str, ...] = (str(MEMLAB_RS),),
+) -> subprocess.Popen:
+    """Start the installed console script (or ``program``) without waiting for it, so that
+    runs that do not depend on each other share the cores; ``finish`` waits. `run` reads
+    ``device`` (the CPU by default: the tests measure CPU tensors, and on a GPU machine the
+    default would be the GPU; None leaves the default)."""
     if args[:1] == ("run",) and device is not None:
         args = ("run", "--device", device, *args[1:])
-    return subprocess.run(
-        [str(MEMLAB_RS), *args],
+    return subprocess.Popen(
+        [*program, *args],
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def finish(*procs: subprocess.Popen, timeout: float = 180) -> list[subprocess.CompletedProcess]:
+    """Wait for processes ``start`` started: the completed processes, in that order (those
+    still running are killed when one times out)."""
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+        return [
+            subprocess.CompletedProcess(p.args, p.returncode, *o) for p, o in zip(procs, outputs)
+        ]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def cli(*args: str, cwd: Path, timeout: float = 180, **options) -> subprocess.CompletedProcess:
+    """Run the installed console script (``start``'s options); the completed process."""
+    (proc,) = finish(start(*args, cwd=cwd, **options), timeout=timeout)
+    return proc
 
 
 # The module behind @profile (the package's `profile` is the decorator).
@@ -310,18 +332,13 @@ def test_run_demo_module_gives_the_demo_output_and_the_in_process_profile(workdi
             demo.main(["--steps", "1"])
         profiler.result().save("inproc.json")
     """
-    inproc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
+    demo = ("-m", "memlab_rs.demo", "--steps", "1")
+    inproc, proc = finish(  # the two interpreters at once
+        start("-c", textwrap.dedent(code), cwd=workdir, program=(sys.executable,)),
+        start("run", "--line", "train_step", "-o", "cli.json", *demo, cwd=workdir),
         timeout=300,
     )
     assert inproc.returncode == 0, inproc.stderr
-    proc = cli(
-        "run", "--line", "train_step", "-o", "cli.json", "-m", "memlab_rs.demo", "--steps", "1",
-        cwd=workdir, timeout=300,
-    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == inproc.stdout
     assert "== LineProfiler: one more step, line by line" in proc.stdout
@@ -336,7 +353,10 @@ def test_run_exit_statuses_and_uncaught_exceptions(workdir: Path):
         "import torch\n\n\n@profile\ndef f():\n    x = torch.zeros(256, 1024)\n"
         "    raise RuntimeError('boom')\n\n\nf()\n"
     )
-    proc = cli("run", "fail.py", cwd=workdir)
+    (workdir / "message.py").write_text("import sys\nsys.exit('stopped: bad input')\n")
+    proc, message = finish(
+        start("run", "fail.py", cwd=workdir), start("run", "-q", "message.py", cwd=workdir)
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("Traceback (most recent call last):\n")
     assert 'fail.py", line 10, in <module>' in proc.stderr
@@ -345,14 +365,17 @@ def test_run_exit_statuses_and_uncaught_exceptions(workdir: Path):
     (path,) = saved(workdir)  # what was profiled is saved all the same
     (line,) = [r for r in memlab_rs.load(path).records() if "zeros" in r["code"]]
     assert line["allocated_bytes.all.allocated"] == MiB
-    (workdir / "message.py").write_text("import sys\nsys.exit('stopped: bad input')\n")
-    proc = cli("run", "-q", "message.py", cwd=workdir)
-    assert (proc.returncode, proc.stderr) == (1, "stopped: bad input\n")
+    assert (message.returncode, message.stderr) == (1, "stopped: bad input\n")
 
 
 def test_run_output_names_carry_rank_and_kind(workdir: Path):
     env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
-    proc = cli("run", "--trace", "train.py", "256", "0", cwd=workdir, env=env)
+    template = "{stem}-{rank}of{world_size}.json"
+    proc, gz, placeholders = finish(  # three runs at once: each writes names of its own
+        start("run", "--trace", "train.py", "256", "0", cwd=workdir, env=env),
+        start("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env),
+        start("run", "-o", template, "train.py", "64", "0", cwd=workdir, env=env),
+    )
     assert proc.returncode == 0, proc.stderr
     pid = saved(workdir)[0].name.split(".")[2]
     assert [p.name for p in saved(workdir, "memlab_rs.*")] == [
@@ -372,11 +395,9 @@ def test_run_output_names_carry_rank_and_kind(workdir: Path):
     shown = cli_in_process("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.to_csv()
     # -o: placeholders, .gz, and the rank inserted when the name has none
-    proc = cli("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env)
-    assert proc.returncode == 0 and proc.stderr == ""
+    assert gz.returncode == 0 and gz.stderr == ""
     assert memlab_rs.load(workdir / "out.rank1.json.gz").functions == ["step"]
-    proc = cli("run", "-o", "{stem}-{rank}of{world_size}.json", "train.py", "64", "0",
-               cwd=workdir, env=env)  # fmt: skip
+    assert placeholders.returncode == 0, placeholders.stderr
     assert memlab_rs.load(workdir / "train-1of2.json").meta["rank"] == 1
 
 
@@ -438,8 +459,10 @@ def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a.json and b.json: train.py run with 256 and 512 (once per module)."""
     folder = tmp_path_factory.mktemp("two_runs")
     (folder / "train.py").write_text(SCRIPT)
-    for n, name in ((256, "a.json"), (512, "b.json")):
-        proc = cli("run", "-q", "-o", name, "train.py", str(n), "0", cwd=folder)
+    for proc in finish(
+        start("run", "-q", "-o", "a.json", "train.py", "256", "0", cwd=folder),
+        start("run", "-q", "-o", "b.json", "train.py", "512", "0", cwd=folder),
+    ):
         assert proc.returncode == 0, proc.stderr
     return folder
 
@@ -555,9 +578,12 @@ def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
 def test_merge_line_profiles_of_two_ranks(workdir: Path):
     """Two ranks (torchrun's environment, no process group): rank 1 works on twice the
     data; merge shows each line's min, median and max and that rank 1 holds the max."""
-    for rank, n in ((0, 256), (1, 512)):
+    started = []
+    for rank, n in ((0, 256), (1, 512)):  # at once, as torchrun starts them
         env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
-        proc = cli("run", "-q", "-o", "r.json", "train.py", str(n), "0", cwd=workdir, env=env)
+        run = ("run", "-q", "-o", "r.json", "train.py", str(n), "0")
+        started.append(start(*run, cwd=workdir, env=env))
+    for proc in finish(*started):
         assert proc.returncode == 0, proc.stderr
     proc = cli_in_process("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
@@ -603,10 +629,13 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
     """--report names the script's globals; show renders the saved report; diff says
     which tensor grew, by exactly how much, and gates on it."""
     (tmp_path / "hold.py").write_text(REPORT_SCRIPT)
-    for n, name in ((256, "a.json"), (512, "b.json")):
-        proc = cli("run", "--report", "-o", name, "hold.py", str(n), cwd=tmp_path)
+    runs = finish(
+        start("run", "--report", "-o", "a.json", "hold.py", "256", cwd=tmp_path),
+        start("run", "--report", "-o", "b.json", "hold.py", "512", cwd=tmp_path),
+    )
+    for name, proc in zip("ab", runs):
         assert proc.returncode == 0, proc.stderr
-        assert f"tensor report saved to {name[0]}.tensor_report.json" in proc.stderr
+        assert f"tensor report saved to {name}.tensor_report.json" in proc.stderr
     report = memlab_rs.load(tmp_path / "a.tensor_report.json")
     rows = {r.name: r for r in report.rows}
     assert rows["model.weight"].bytes == 256 * 256 * 4 and rows["model.bias"].bytes == 1024
