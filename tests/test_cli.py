@@ -1,9 +1,18 @@
-"""The `memlab-rs` command line, end to end through the installed console script: run
-(a script using @profile unmodified, --line, -m, exit statuses), show in every format,
-diff, merge, and bad input giving one line on stderr and a non-zero status."""
+"""The `memlab-rs` command line: run (a script using @profile unmodified, --line, -m, exit
+statuses), show in every format, diff, merge, and bad input giving one line on stderr and a
+non-zero status.
+
+`run` goes through the installed console script, in a process of its own: it runs the
+script as that process's __main__ and exits with its status. `show`, `diff`, `merge`, help
+(and `run`'s errors found before a script is looked at) call `memlab_rs.cli.main`, the
+function the console script calls, in this interpreter (`cli_in_process`): a process each
+costs an import of torch. One `show` still goes through the console script, and one `run`
+through `python -m memlab_rs`, for the entry points."""
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import csv
 import io
 import json
@@ -13,12 +22,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import memlab_rs
+import memlab_rs.cli
 
 # The console script beside this interpreter (a venv), else the one on PATH (an install
 # with --target, as on the GPU machine).
@@ -63,25 +74,115 @@ if __name__ == "__main__":
 """
 
 
-def cli(
+# `python -m memlab_rs`, for ``program``.
+PYTHON_M = (sys.executable, "-m", "memlab_rs")
+
+
+def start(
     *args: str,
     cwd: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 180,
     device: str | None = "cpu",
-):
-    """Run the installed console script; the completed process. `run` reads ``device``
-    (the CPU by default: the tests measure CPU tensors, and on a GPU machine the default
-    would be the GPU; None leaves the default)."""
+    program: tuple[str, ...] = (str(MEMLAB_RS),),
+) -> subprocess.Popen:
+    """Start the installed console script (or ``program``) without waiting for it, so that
+    runs that do not depend on each other share the cores; ``finish`` waits. `run` reads
+    ``device`` (the CPU by default: the tests measure CPU tensors, and on a GPU machine the
+    default would be the GPU; None leaves the default)."""
     if args[:1] == ("run",) and device is not None:
         args = ("run", "--device", device, *args[1:])
-    return subprocess.run(
-        [str(MEMLAB_RS), *args],
+    return subprocess.Popen(
+        [*program, *args],
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+def finish(*procs: subprocess.Popen, timeout: float = 180) -> list[subprocess.CompletedProcess]:
+    """Wait for processes ``start`` started: the completed processes, in that order (those
+    still running are killed when one times out)."""
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+        return [
+            subprocess.CompletedProcess(p.args, p.returncode, *o) for p, o in zip(procs, outputs)
+        ]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def cli(*args: str, cwd: Path, timeout: float = 180, **options) -> subprocess.CompletedProcess:
+    """Run the installed console script (``start``'s options); the completed process."""
+    (proc,) = finish(start(*args, cwd=cwd, **options), timeout=timeout)
+    return proc
+
+
+# The module behind @profile (the package's `profile` is the decorator).
+PROFILE_MODULE = sys.modules["memlab_rs.profile"]
+
+
+def interpreter_state() -> dict[str, object]:
+    """The working directory, what `memlab-rs run` changes in its process before the script
+    starts (sys.argv, sys.path, __main__, builtins.profile, the global line profiler), and
+    what would leave a profiler on: an in-process call must leave all of it as it was."""
+    return {
+        "cwd": os.getcwd(),
+        "sys.argv": list(sys.argv),
+        "sys.path": list(sys.path),
+        "__main__": sys.modules.get("__main__"),
+        "builtins.profile": getattr(builtins, "profile", None),
+        "trace function": sys.gettrace(),
+        "profile function": sys.getprofile(),
+        "global line profiler": (
+            PROFILE_MODULE._global,
+            PROFILE_MODULE._global_device,
+            list(PROFILE_MODULE._print_at_exit),
+        ),
+    }
+
+
+def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`memlab-rs ARGS` run in ``cwd`` by ``memlab_rs.cli.main``, the function the console
+    script calls, in this interpreter: its exit status (an argparse exit's too), stdout and
+    stderr, as ``cli`` gives them. Warnings go to stderr as Python's default filters would
+    print them in the console script's process. For show, diff, merge, help, and run's
+    errors found before a script is looked at (a `run` that reaches the script needs
+    ``cli``: it makes the script this interpreter's __main__)."""
+    if args[:1] == ("run",):
+        args = ("run", "--device", "cpu", *args[1:])
+    before = interpreter_state()
+    stdout, stderr = io.StringIO(), io.StringIO()
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # Python's default filters, not pytest's
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                             ResourceWarning):  # fmt: skip
+                warnings.simplefilter("ignore", category)
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    status = memlab_rs.cli.main(list(args))
+                except SystemExit as stop:  # argparse: --help, --version, a usage error
+                    status = 0 if stop.code is None else stop.code
+        for w in caught:
+            stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+    finally:
+        left_in = os.getcwd()
+        os.chdir(before["cwd"])  # type: ignore[arg-type]
+        after = interpreter_state()
+        sys.argv[:], sys.path[:] = before["sys.argv"], before["sys.path"]  # type: ignore[index]
+        sys.modules["__main__"] = before["__main__"]  # type: ignore[assignment]
+    # (put back above, so that a leak fails this test alone)
+    assert os.path.samefile(left_in, cwd) and after == before
+    assert isinstance(status, int), status
+    return subprocess.CompletedProcess(
+        ["memlab-rs", *args], status, stdout.getvalue(), stderr.getvalue()
     )
 
 
@@ -104,9 +205,12 @@ def saved(folder: Path, pattern: str = "memlab_rs.*.json") -> list[Path]:
     return sorted(folder.glob(pattern))
 
 
-def in_process_records(script: str, folder: Path) -> dict[str, list[dict]]:
+@pytest.fixture(scope="module")
+def in_process_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """The functions of train.py profiled in a fresh interpreter by LineProfiler itself:
-    {function: records}, every saved column."""
+    {function: records}, every saved column (once per module: records name no file)."""
+    folder = tmp_path_factory.mktemp("in_process")
+    (folder / "train.py").write_text(SCRIPT)
     code = f"""
         import importlib.util, json, sys
         import memlab_rs
@@ -130,7 +234,7 @@ def in_process_records(script: str, folder: Path) -> dict[str, list[dict]]:
     return json.loads(proc.stdout)
 
 
-def test_run_profile_unmodified_matches_in_process(workdir: Path):
+def test_run_profile_unmodified_matches_in_process(workdir: Path, in_process_records: dict):
     proc = cli("run", "train.py", "256", "3", cwd=workdir)
     # the script's own argv, __main__, output and exit status
     assert proc.returncode == 3, proc.stderr
@@ -144,8 +248,7 @@ def test_run_profile_unmodified_matches_in_process(workdir: Path):
     assert result.functions == ["step"]
     assert result.meta["argv"] == ["train.py", "256", "3"]
     assert (result.meta["rank"], result.meta["world_size"]) == (0, 1)
-    expected = in_process_records(SCRIPT, workdir)
-    assert result.records("step") == expected["step"]
+    assert result.records("step") == in_process_records["step"]
     lines = {r["code"].strip(): r for r in result.records("step")}
     assert lines["a = torch.zeros(n, 1024)"]["active_bytes.all.peak"] == MiB
     assert lines["b = torch.ones(2 * n, 1024)"]["active_bytes.all.peak"] == 3 * MiB
@@ -154,7 +257,7 @@ def test_run_profile_unmodified_matches_in_process(workdir: Path):
     assert result.text() in proc.stdout
 
 
-def test_run_line_profiles_functions_by_qualified_name(workdir: Path):
+def test_run_line_profiles_functions_by_qualified_name(workdir: Path, in_process_records: dict):
     proc = cli(
         "run",
         "--line",
@@ -176,9 +279,8 @@ def test_run_line_profiles_functions_by_qualified_name(workdir: Path):
         "Model.forward",
         "Model.forward.<locals>.inner",
     }
-    expected = in_process_records(SCRIPT, workdir)
     for function in ("helper", "Model.forward"):
-        assert result.records(function) == expected[function]
+        assert result.records(function) == in_process_records[function]
     (line,) = [r for r in result.records("helper") if "torch.empty" in r["code"]]
     assert line["allocated_bytes.all.allocated"] == 4 * MiB and line["hits"] == 1
     (line,) = [r for r in result.records("Model.forward.<locals>.inner") if "zeros" in r["code"]]
@@ -234,18 +336,13 @@ def test_run_demo_module_gives_the_demo_output_and_the_in_process_profile(workdi
             demo.main(["--steps", "1"])
         profiler.result().save("inproc.json")
     """
-    inproc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
+    demo = ("-m", "memlab_rs.demo", "--steps", "1")
+    inproc, proc = finish(  # the two interpreters at once
+        start("-c", textwrap.dedent(code), cwd=workdir, program=(sys.executable,)),
+        start("run", "--line", "train_step", "-o", "cli.json", *demo, cwd=workdir),
         timeout=300,
     )
     assert inproc.returncode == 0, inproc.stderr
-    proc = cli(
-        "run", "--line", "train_step", "-o", "cli.json", "-m", "memlab_rs.demo", "--steps", "1",
-        cwd=workdir, timeout=300,
-    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == inproc.stdout
     assert "== LineProfiler: one more step, line by line" in proc.stdout
@@ -260,7 +357,10 @@ def test_run_exit_statuses_and_uncaught_exceptions(workdir: Path):
         "import torch\n\n\n@profile\ndef f():\n    x = torch.zeros(256, 1024)\n"
         "    raise RuntimeError('boom')\n\n\nf()\n"
     )
-    proc = cli("run", "fail.py", cwd=workdir)
+    (workdir / "message.py").write_text("import sys\nsys.exit('stopped: bad input')\n")
+    proc, message = finish(
+        start("run", "fail.py", cwd=workdir), start("run", "-q", "message.py", cwd=workdir)
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("Traceback (most recent call last):\n")
     assert 'fail.py", line 10, in <module>' in proc.stderr
@@ -269,14 +369,17 @@ def test_run_exit_statuses_and_uncaught_exceptions(workdir: Path):
     (path,) = saved(workdir)  # what was profiled is saved all the same
     (line,) = [r for r in memlab_rs.load(path).records() if "zeros" in r["code"]]
     assert line["allocated_bytes.all.allocated"] == MiB
-    (workdir / "message.py").write_text("import sys\nsys.exit('stopped: bad input')\n")
-    proc = cli("run", "-q", "message.py", cwd=workdir)
-    assert (proc.returncode, proc.stderr) == (1, "stopped: bad input\n")
+    assert (message.returncode, message.stderr) == (1, "stopped: bad input\n")
 
 
 def test_run_output_names_carry_rank_and_kind(workdir: Path):
     env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
-    proc = cli("run", "--trace", "train.py", "256", "0", cwd=workdir, env=env)
+    template = "{stem}-{rank}of{world_size}.json"
+    proc, gz, placeholders = finish(  # three runs at once: each writes names of its own
+        start("run", "--trace", "train.py", "256", "0", cwd=workdir, env=env),
+        start("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env),
+        start("run", "-o", template, "train.py", "64", "0", cwd=workdir, env=env),
+    )
     assert proc.returncode == 0, proc.stderr
     pid = saved(workdir)[0].name.split(".")[2]
     assert [p.name for p in saved(workdir, "memlab_rs.*")] == [
@@ -289,52 +392,55 @@ def test_run_output_names_carry_rank_and_kind(workdir: Path):
     trace = memlab_rs.load(workdir / f"memlab_rs.train.{pid}.rank1.trace.json")
     assert trace.kind == "trace" and (trace.meta["rank"], trace.meta["world_size"]) == (1, 2)
     assert trace.max_mem("cpu") >= 3 * MiB
-    shown = cli("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
+    shown = cli_in_process("show", f"memlab_rs.train.{pid}.rank1.trace.json", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.text()
     # a snapshot pickle (TraceResult.save("x.pickle")) shows too
     trace.save(workdir / "snapshot.pickle")
-    shown = cli("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
+    shown = cli_in_process("show", "snapshot.pickle", "--format", "csv", cwd=workdir)
     assert shown.returncode == 0 and shown.stdout == trace.to_csv()
     # -o: placeholders, .gz, and the rank inserted when the name has none
-    proc = cli("run", "-q", "-o", "out.json.gz", "train.py", "256", "0", cwd=workdir, env=env)
-    assert proc.returncode == 0 and proc.stderr == ""
+    assert gz.returncode == 0 and gz.stderr == ""
     assert memlab_rs.load(workdir / "out.rank1.json.gz").functions == ["step"]
-    proc = cli("run", "-o", "{stem}-{rank}of{world_size}.json", "train.py", "64", "0",
-               cwd=workdir, env=env)  # fmt: skip
+    assert placeholders.returncode == 0, placeholders.stderr
     assert memlab_rs.load(workdir / "train-1of2.json").meta["rank"] == 1
 
 
 def test_run_says_when_nothing_was_profiled(tmp_path: Path):
     (tmp_path / "plain.py").write_text("print('hello')\n")
-    proc = cli("run", "plain.py", cwd=tmp_path)
+    proc = cli("run", "plain.py", cwd=tmp_path, program=PYTHON_M)  # python -m memlab_rs, too
     assert (proc.returncode, proc.stdout) == (0, "hello\n")
     assert "memlab_rs: nothing was profiled" in proc.stderr
     assert not saved(tmp_path)
 
 
 def test_run_bad_input_is_one_line(workdir: Path):
+    # found before the script is read or sys.argv and sys.path are set: in process
     assert "can't open file 'missing.py'" in one_line_error(
-        cli("run", "missing.py", cwd=workdir), "run"
+        cli_in_process("run", "missing.py", cwd=workdir), "run"
     )
+    (workdir / "broken.py").write_text("x = (\n")
+    assert "is not valid Python" in one_line_error(
+        cli_in_process("run", "broken.py", cwd=workdir), "run"
+    )
+    assert "bad placeholder" in one_line_error(
+        cli_in_process("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
+    )
+    proc = cli_in_process("run", cwd=workdir)
+    assert proc.returncode == 2 and "give the script to run" in proc.stderr
+    # -m sets sys.path[0] (as python -m does) before it looks the module up: a process
     assert "no module named 'no_such_module'" in one_line_error(
         cli("run", "-m", "no_such_module", cwd=workdir), "run"
     )
-    (workdir / "broken.py").write_text("x = (\n")
-    assert "is not valid Python" in one_line_error(cli("run", "broken.py", cwd=workdir), "run")
-    assert "bad placeholder" in one_line_error(
-        cli("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
-    )
-    proc = cli("run", cwd=workdir)
-    assert proc.returncode == 2 and "give the script to run" in proc.stderr
 
 
-def test_help_reads_like_the_reference_tools(tmp_path: Path):
-    proc = cli("--help", cwd=tmp_path)
+def test_help_reads_like_the_reference_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width, as in a process writing to a pipe
+    proc = cli_in_process("--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("usage: memlab-rs [-h] [--version] COMMAND ...")
     for command in ("run", "show", "diff", "merge", "examples:", "exit status:"):
         assert command in proc.stdout
-    proc = cli("run", "--help", cwd=tmp_path)
+    proc = cli_in_process("run", "--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith("usage: memlab-rs run [options] (script.py | -m module)")
     # Python 3.13's argparse prints "-o, --outfile FILE" where older ones print
@@ -342,70 +448,89 @@ def test_help_reads_like_the_reference_tools(tmp_path: Path):
     for option in ("--line FUNC", "--report", "--trace", "--outfile FILE", "--device DEV"):
         assert option in proc.stdout
     assert "-m module" in proc.stdout and re.search(r"-o( FILE)?, --outfile", proc.stdout)
-    same = subprocess.run(
-        [sys.executable, "-m", "memlab_rs", "--version"], capture_output=True, text=True
-    )
-    assert same.stdout == f"memlab-rs {memlab_rs.__version__}\n"
+    version = cli_in_process("--version", cwd=tmp_path)
+    assert (version.returncode, version.stdout) == (0, f"memlab-rs {memlab_rs.__version__}\n")
+
+
+@pytest.fixture(scope="module")
+def saved_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a.json and b.json: train.py run with 256 and 512 (once per module)."""
+    folder = tmp_path_factory.mktemp("two_runs")
+    (folder / "train.py").write_text(SCRIPT)
+    for proc in finish(
+        start("run", "-q", "-o", "a.json", "train.py", "256", "0", cwd=folder),
+        start("run", "-q", "-o", "b.json", "train.py", "512", "0", cwd=folder),
+    ):
+        assert proc.returncode == 0, proc.stderr
+    return folder
 
 
 @pytest.fixture
-def two_runs(workdir: Path) -> tuple[Path, Path]:
-    for n, name in ((256, "a.json"), (512, "b.json")):
-        proc = cli("run", "-q", "-o", name, "train.py", str(n), "0", cwd=workdir)
-        assert proc.returncode == 0, proc.stderr
-    return workdir / "a.json", workdir / "b.json"
+def two_runs(saved_runs: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """a.json and b.json (``saved_runs``) copied to this test's own folder."""
+    for name in ("train.py", "a.json", "b.json"):
+        shutil.copy(saved_runs / name, tmp_path / name)
+    return tmp_path / "a.json", tmp_path / "b.json"
 
 
 def test_show_every_format(two_runs: tuple[Path, Path]):
     path, _ = two_runs
     folder = path.parent
     result = memlab_rs.load(path)
-    text = cli("show", "a.json", cwd=folder)
-    assert (text.returncode, text.stdout) == (0, result.text())
+    text = cli("show", "a.json", cwd=folder)  # the console script, end to end
+    assert (text.returncode, text.stdout, text.stderr) == (0, result.text(), "")
+    same = cli_in_process("show", "a.json", cwd=folder)
+    assert (same.returncode, same.stdout, same.stderr) == (0, result.text(), "")
     columns = ["allocated_bytes.all.allocated", "active_bytes.all.current"]
-    chosen = cli("show", "a.json", "--columns", ",".join(columns), "--func", "step", cwd=folder)
+    chosen = cli_in_process(
+        "show", "a.json", "--columns", ",".join(columns), "--func", "step", cwd=folder
+    )
     assert chosen.stdout == result.text("step", columns)
-    every = cli("show", "a.json", "--columns", "all", cwd=folder)
+    every = cli_in_process("show", "a.json", "--columns", "all", cwd=folder)
     assert every.stdout == result.text(columns=None)
-    html = cli("show", "a.json", "--format", "html", cwd=folder)
+    html = cli_in_process("show", "a.json", "--format", "html", cwd=folder)
     assert html.stdout == result.html() + "\n" and "<table" in html.stdout
-    document = json.loads(cli("show", "a.json", "--format", "json", cwd=folder).stdout)
+    document = json.loads(cli_in_process("show", "a.json", "--format", "json", cwd=folder).stdout)
     assert document["kind"] == "line_profile" and document["data"] == result.to_data()
     rows = list(
-        csv.DictReader(io.StringIO(cli("show", "a.json", "--format", "csv", cwd=folder).stdout))
+        csv.DictReader(
+            io.StringIO(cli_in_process("show", "a.json", "--format", "csv", cwd=folder).stdout)
+        )
     )
     (line,) = [r for r in rows if "torch.ones" in r["code"]]
     assert int(line["allocated_bytes.all.allocated"]) == 2 * MiB
-    cli("show", "a.json", "-o", "a.txt", cwd=folder)
+    cli_in_process("show", "a.json", "-o", "a.txt", cwd=folder)
     assert (folder / "a.txt").read_text() == result.text()
 
 
 def test_show_bad_input_is_one_line(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
     line = one_line_error(
-        cli("show", "a.json", "--columns", "active_bytes.all.peek", cwd=folder), "show"
+        cli_in_process("show", "a.json", "--columns", "active_bytes.all.peek", cwd=folder), "show"
     )
     assert "unknown column 'active_bytes.all.peek'" in line
     assert "did you mean 'active_bytes.all.peak'" in line and "allocated_bytes.all.freed" in line
-    line = one_line_error(cli("show", "a.json", "--func", "nope", cwd=folder), "show")
+    line = one_line_error(cli_in_process("show", "a.json", "--func", "nope", cwd=folder), "show")
     assert "no function 'nope' in this line profile (it has: step)" in line
     (folder / "notes.txt").write_text("not a result\n")
-    line = one_line_error(cli("show", "notes.txt", cwd=folder), "show")
+    line = one_line_error(cli_in_process("show", "notes.txt", cwd=folder), "show")
     assert "notes.txt: not a memlab_rs result file" in line
     (folder / "other.json").write_text('{"format": "something else"}')
     assert "not a memlab_rs result file" in one_line_error(
-        cli("show", "other.json", cwd=folder), "show"
+        cli_in_process("show", "other.json", cwd=folder), "show"
     )
     assert "missing.json: no such file" in one_line_error(
-        cli("show", "missing.json", cwd=folder), "show"
+        cli_in_process("show", "missing.json", cwd=folder), "show"
     )
-    proc = cli("show", "a.json", "--format", "pdf", cwd=folder)
+    proc = cli_in_process("show", "a.json", "--format", "pdf", cwd=folder)
     assert proc.returncode == 2 and "invalid choice: 'pdf'" in proc.stderr
 
 
 def test_diff_line_profiles(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
-    proc = cli("diff", "a.json", "b.json", "--columns", "allocated_bytes.all.allocated", cwd=folder)
+    proc = cli_in_process(
+        "diff", "a.json", "b.json", "--columns", "allocated_bytes.all.allocated", cwd=folder
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# line profile diff: a.json -> b.json\n")
     assert "allocated_bytes.all.allocated: 2 lines grew (+3.00M), 0 shrank" in proc.stdout
@@ -414,42 +539,51 @@ def test_diff_line_profiles(two_runs: tuple[Path, Path]):
                                "(2.00M", "->", "4.00M)"]  # fmt: skip
     assert grew[1].split()[:2] == ["+1.00M", "step:7"]
     data = json.loads(
-        cli("diff", "a.json", "b.json", "--format", "json", "--columns", "all", cwd=folder).stdout
+        cli_in_process(
+            "diff", "a.json", "b.json", "--format", "json", "--columns", "all", cwd=folder
+        ).stdout
     )
     (row,) = [r for r in data["rows"] if r["column"] == "active_bytes.all.peak" and r["line"] == 8]
     assert (row["a"], row["b"], row["change"]) == (3 * MiB, 6 * MiB, 3 * MiB)
     # a regression gate: status 1 when a line grew by more than the limit
-    gate = cli("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
+    gate = cli_in_process("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
     assert gate.returncode == 1
     assert gate.stderr == (
         "memlab-rs diff: 4 grew by more than 2.50M; the largest +3.00M at step:8 "
         "(active_bytes.all.peak)\n"
     )
-    assert cli("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
-    same = cli("diff", "a.json", "a.json", cwd=folder)
+    assert (
+        cli_in_process("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
+    )
+    same = cli_in_process("diff", "a.json", "a.json", cwd=folder)
     assert same.returncode == 0 and "0 lines grew (0.00B), 0 shrank" in same.stdout
 
 
 def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
     folder = two_runs[0].parent
-    line = one_line_error(cli("merge", "a.json", "b.json", cwd=folder), "merge")
+    line = one_line_error(cli_in_process("merge", "a.json", "b.json", cwd=folder), "merge")
     assert "a.json and b.json are both rank 0" in line
-    line = one_line_error(cli("diff", "a.json", "missing.json", cwd=folder), "diff")
+    line = one_line_error(cli_in_process("diff", "a.json", "missing.json", cwd=folder), "diff")
     assert "missing.json" in line
-    line = one_line_error(cli("diff", "a.json", "b.json", "--columns", "bogus", cwd=folder), "diff")
+    line = one_line_error(
+        cli_in_process("diff", "a.json", "b.json", "--columns", "bogus", cwd=folder), "diff"
+    )
     assert "unknown column 'bogus'" in line
-    proc = cli("diff", "a.json", "b.json", "--fail-over", "lots", cwd=folder)
+    proc = cli_in_process("diff", "a.json", "b.json", "--fail-over", "lots", cwd=folder)
     assert proc.returncode == 2 and "'lots' is not a size" in proc.stderr
 
 
 def test_merge_line_profiles_of_two_ranks(workdir: Path):
     """Two ranks (torchrun's environment, no process group): rank 1 works on twice the
     data; merge shows each line's min, median and max and that rank 1 holds the max."""
-    for rank, n in ((0, 256), (1, 512)):
+    started = []
+    for rank, n in ((0, 256), (1, 512)):  # at once, as torchrun starts them
         env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
-        proc = cli("run", "-q", "-o", "r.json", "train.py", str(n), "0", cwd=workdir, env=env)
+        run = ("run", "-q", "-o", "r.json", "train.py", str(n), "0")
+        started.append(start(*run, cwd=workdir, env=env))
+    for proc in finish(*started):
         assert proc.returncode == 0, proc.stderr
-    proc = cli("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
+    proc = cli_in_process("merge", "r.rank1.json", "r.rank0.json", "-o", "merged.json", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     merged = memlab_rs.load(workdir / "merged.json")
     assert merged.kind == "merged_line_profile" and proc.stdout == merged.text()
@@ -471,12 +605,12 @@ def test_merge_line_profiles_of_two_ranks(workdir: Path):
     (first,) = [ln for ln in proc.stdout.splitlines() if ln.endswith("@profile")]
     assert first.split() == ["0.00B", "0.00B", "0.00B", "-"] * 2 + ["5", "1", "@profile"]
     for fmt in ("html", "json", "csv"):
-        out = cli("merge", "r.rank0.json", "r.rank1.json", "--format", fmt, cwd=workdir)
+        out = cli_in_process("merge", "r.rank0.json", "r.rank1.json", "--format", fmt, cwd=workdir)
         assert out.returncode == 0, out.stderr
     csv_rows = list(csv.DictReader(io.StringIO(out.stdout)))
     (line,) = [r for r in csv_rows if "torch.ones" in r["code"]]
     assert int(line[f"{column}.rank1"]) == 4 * MiB
-    shown = cli("show", "merged.json", "--columns", column, cwd=workdir)
+    shown = cli_in_process("show", "merged.json", "--columns", column, cwd=workdir)
     assert shown.stdout == merged.text(columns=[column])
 
 
@@ -493,32 +627,35 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
     """--report names the script's globals; show renders the saved report; diff says
     which tensor grew, by exactly how much, and gates on it."""
     (tmp_path / "hold.py").write_text(REPORT_SCRIPT)
-    for n, name in ((256, "a.json"), (512, "b.json")):
-        proc = cli("run", "--report", "-o", name, "hold.py", str(n), cwd=tmp_path)
+    runs = finish(
+        start("run", "--report", "-o", "a.json", "hold.py", "256", cwd=tmp_path),
+        start("run", "--report", "-o", "b.json", "hold.py", "512", cwd=tmp_path),
+    )
+    for name, proc in zip("ab", runs):
         assert proc.returncode == 0, proc.stderr
-        assert f"tensor report saved to {name[0]}.tensor_report.json" in proc.stderr
+        assert f"tensor report saved to {name}.tensor_report.json" in proc.stderr
     report = memlab_rs.load(tmp_path / "a.tensor_report.json")
     rows = {r.name: r for r in report.rows}
     assert rows["model.weight"].bytes == 256 * 256 * 4 and rows["model.bias"].bytes == 1024
     assert (rows["cache"].bytes, rows["cache"].shape) == (MiB, (256, 1024))
-    shown = cli("show", "a.tensor_report.json", cwd=tmp_path)
+    shown = cli_in_process("show", "a.tensor_report.json", cwd=tmp_path)
     assert (shown.returncode, shown.stdout) == (0, report.to_text())
-    html = cli("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
+    html = cli_in_process("show", "a.tensor_report.json", "--format", "html", cwd=tmp_path)
     assert html.stdout == report._repr_html_() + "\n"
     document = json.loads(
-        cli("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
+        cli_in_process("show", "a.tensor_report.json", "--format", "json", cwd=tmp_path).stdout
     )
     assert document["kind"] == "tensor_report"
     line = one_line_error(
-        cli("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
+        cli_in_process("show", "a.tensor_report.json", "--format", "csv", cwd=tmp_path), "show"
     )
     assert "a tensor_report has no CSV form" in line
     line = one_line_error(
-        cli("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
+        cli_in_process("show", "a.tensor_report.json", "--columns", "x", cwd=tmp_path), "show"
     )
     assert "--columns and --func apply to line profiles" in line
 
-    proc = cli("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
+    proc = cli_in_process("diff", "a.tensor_report.json", "b.tensor_report.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "# tensor report diff: a.tensor_report.json -> b.tensor_report.json"
@@ -531,10 +668,8 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
         "grew:",
         "      +1.00M  cache  (512, 1024) torch.float32  (1.00M -> 2.00M)",
     ]
-    data = json.loads(
-        cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--format", "json",
-            cwd=tmp_path).stdout
-    )  # fmt: skip
+    a, b = "a.tensor_report.json", "b.tensor_report.json"
+    data = json.loads(cli_in_process("diff", a, b, "--format", "json", cwd=tmp_path).stdout)
     assert data["rows"] == [
         {
             "name": "cache",
@@ -546,15 +681,16 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
             "change": MiB,
         }
     ]
-    gate = cli("diff", "a.tensor_report.json", "b.tensor_report.json", "--fail-over", "512K",
-               cwd=tmp_path)  # fmt: skip
+    gate = cli_in_process("diff", a, b, "--fail-over", "512K", cwd=tmp_path)
     assert gate.returncode == 1
     assert (
         gate.stderr
         == "memlab-rs diff: 1 grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
     )
     memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
-    line = one_line_error(cli("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff")
+    line = one_line_error(
+        cli_in_process("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff"
+    )
     assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line
 
 
