@@ -36,13 +36,24 @@ def _signature(obj) -> str:
 
 
 def _members(cls):
-    for name, member in vars(cls).items():
-        if name.startswith("_") and name not in ("__init__",):
+    """The class's own members, then the documented ones it inherits from memlab_rs's
+    classes (``save`` from ``results.SavedResult``), each under the first class defining it."""
+    seen: set[str] = set()
+    for owner in cls.__mro__:
+        if not owner.__module__.startswith("memlab_rs"):
             continue
-        if isinstance(member, property):
-            yield name, member, "property"
-        elif inspect.isfunction(member):
-            yield name, member, "method"
+        for name, member in vars(owner).items():
+            if name in seen:
+                continue
+            seen.add(name)
+            if name.startswith("_") and name not in ("__init__",):
+                continue
+            if owner is not cls and not inspect.getdoc(member):
+                continue  # a base's placeholder (SavedResult.text): the subclass's job
+            if isinstance(member, property):
+                yield name, member, "property"
+            elif inspect.isfunction(member):
+                yield name, member, "method"
 
 
 def render() -> str:

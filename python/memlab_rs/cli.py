@@ -365,10 +365,16 @@ def _json(result: Any) -> str:
 
 
 def _render(result: Any, methods: tuple[str, ...], view: dict[str, Any]) -> str:
+    """The first of ``methods`` the result has a form for; its text when it has none
+    (a result without HTML raises NotImplementedError from ``html()``)."""
     for name in methods:
         method = getattr(result, name, None)
-        if method is not None:
+        if method is None:
+            continue
+        try:
             return str(method(**view))
+        except NotImplementedError:
+            continue
     return str(result)
 
 

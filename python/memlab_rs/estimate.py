@@ -42,7 +42,7 @@ __all__ = ["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"]
 
 
 @dataclasses.dataclass
-class MemoryEstimate:
+class MemoryEstimate(results.SavedResult):
     """What one training step needs, in bytes (exact for the modelled allocator).
 
     ``peak_allocated`` predicts ``torch.cuda.max_memory_allocated()`` (or the CPU source's
@@ -122,7 +122,8 @@ class MemoryEstimate:
     def __str__(self) -> str:
         return self.text().rstrip("\n")  # print() adds the last newline
 
-    def _repr_html_(self) -> str:
+    def html(self) -> str:
+        """The estimate as a self-contained HTML table (Jupyter shows it)."""
         return _core._estimate_html(self.model, self._lines(), self.notes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,10 +151,6 @@ class MemoryEstimate:
         data = copy.deepcopy(data)
         data["step_peaks"] = {str(k): v for k, v in self.step_peaks.items()}
         return data
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryEstimate:

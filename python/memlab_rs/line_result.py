@@ -30,7 +30,7 @@ from ._columns import check_saved_columns
 DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
 
 
-class LineProfileResult:
+class LineProfileResult(results.SavedResult):
     """A line profile: plain data, rendered as pytorch_memlab's text or as HTML."""
 
     kind = "line_profile"
@@ -92,14 +92,6 @@ class LineProfileResult:
         """The self-contained HTML report."""
         return self.display(func, columns)._repr_html_()
 
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def __str__(self) -> str:
-        return self.text()
-
-    __repr__ = __str__
-
     def records(
         self, func: Any = None, columns: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
@@ -124,10 +116,6 @@ class LineProfileResult:
     def to_data(self) -> dict[str, Any]:
         """The result as JSON values (the saved file's ``data``)."""
         return {"columns": self.columns, "functions": self.blocks, "notices": self.notices}
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> LineProfileResult:

@@ -52,7 +52,7 @@ _ROW_FIELDS: dict[str, Any] = {
 }
 
 
-class MonitorResult:
+class MonitorResult(results.SavedResult):
     """A training monitor's record: per-iteration rows and what their blocks print."""
 
     kind = "monitor"
@@ -167,6 +167,8 @@ class MonitorResult:
     def __str__(self) -> str:
         return self.text() if self._records else "<MonitorResult: nothing recorded>"
 
+    __repr__ = __str__
+
     def plot_png(self, path: str | os.PathLike[str]) -> None:
         """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
         matplotlib)."""
@@ -224,10 +226,6 @@ class MonitorResult:
             "layouts": layouts,
             "details": details,
         }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MonitorResult:

@@ -21,7 +21,6 @@ cpu: peak 1,048,576 bytes (1.0 MiB) above the 0 allocated when the call began
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from . import _core, results
@@ -49,7 +48,7 @@ def _as_tuple(m: dict[str, Any]) -> Any:
     return (m["device"], m["peak_bytes"], m["start_bytes"], m["limit_bytes"], rows, m["notices"])
 
 
-class PytestMemoryResult:
+class PytestMemoryResult(results.SavedResult):
     """One test's memory: its node id, outcome (``passed``, ``failed``, ``skipped``) and one
     measurement per device (a dict: ``device``, ``peak_bytes``, ``start_bytes``,
     ``limit_bytes`` or None, ``rows``: [{``location``, ``bytes``, ``count``}], ``notices``)."""
@@ -93,11 +92,6 @@ class PytestMemoryResult:
             self.nodeid, self.outcome, [_as_tuple(m) for m in self.measurements]
         )
 
-    def __str__(self) -> str:
-        return self.text()
-
-    __repr__ = __str__
-
     def to_data(self) -> dict[str, Any]:
         """The result as JSON values (the saved file's ``data``)."""
         return {
@@ -105,10 +99,6 @@ class PytestMemoryResult:
             "outcome": self.outcome,
             "measurements": self.measurements,
         }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> PytestMemoryResult:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import operator
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Any, Union
@@ -39,7 +38,7 @@ class TensorRow:
     shared_with: str | None
 
 
-class MemoryReport:
+class MemoryReport(results.SavedResult):
     """The result of ``MemReporter.collect()``: plain data, no reference to any tensor.
 
     Prints as pytorch_memlab's table, renders as HTML in Jupyter, exports to JSON and pandas,
@@ -141,10 +140,6 @@ class MemoryReport:
         """The report as JSON values (a saved file's ``data``): ``verbose``, ``sections``
         (rows, totals, omitted rows, CUDA figures), ``incomplete`` and ``walk``."""
         return {"verbose": self.verbose, **self._table.data()}
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryReport:

@@ -38,7 +38,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
@@ -293,11 +293,12 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
 
 
 class SavedResult:
-    """What a result class shares: ``save(path)``, ``str()`` as its ``text()``, Jupyter's
-    display as its ``html()``. Subclasses define ``kind``, ``meta``, ``to_data()``,
-    ``text()`` and ``html()``."""
+    """What every result class shares: ``save(path)``, ``str()`` and ``repr()`` as its
+    ``text()``, Jupyter's display as its ``html()`` (plain text where it has none).
+    Subclasses define ``kind``, ``meta``, ``to_data()`` and ``text()``, and ``html()``
+    where they have an HTML form; they override the rest where they differ."""
 
-    kind: str
+    kind: ClassVar[str]
     meta: dict[str, Any]
 
     def to_data(self) -> dict[str, Any]:
@@ -313,8 +314,11 @@ class SavedResult:
         """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
         save(self, path)
 
-    def _repr_html_(self) -> str:
-        return self.html()
+    def _repr_html_(self) -> str | None:
+        try:
+            return self.html()
+        except NotImplementedError:  # no HTML form: Jupyter shows the text
+            return None
 
     def __str__(self) -> str:
         return self.text()

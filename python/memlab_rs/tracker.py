@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import gc
-import os
 import sys
 import weakref
 from dataclasses import dataclass, field
@@ -43,11 +42,11 @@ class TrackRow:
 
 
 @dataclass(frozen=True)
-class TrackResult:
+class TrackResult(results.SavedResult):
     """What one ``track()`` found: the diff rows and the totals, plain data.
 
     ``text()`` is the block ``track()`` appended to the log (rendered from this record),
-    ``_repr_html_()`` a table for Jupyter; ``save(path)`` writes a ``tracker`` result file
+    ``html()`` a table (Jupyter shows it); ``save(path)`` writes a ``tracker`` result file
     that ``memlab_rs.load`` reads back, rendering the same.
 
     >>> import os, tempfile, torch, memlab_rs
@@ -119,10 +118,8 @@ class TrackResult:
             text += f"Note: {self.incomplete}\n\n"
         return text
 
-    def __str__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
+    def html(self) -> str:
+        """The diff as a self-contained HTML table (Jupyter shows it)."""
         return _core._tracker_html(
             self._row_dicts(),
             self.where,
@@ -138,10 +135,6 @@ class TrackResult:
         data["rows"] = [{**row, "line": r.line} for row, r in zip(self._row_dicts(), self.rows)]
         data["seconds"] = dict(self.seconds)
         return data
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
-        results.save(self, path)
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TrackResult:
