@@ -1,7 +1,7 @@
 # make demo: set up .venv, build the extension (release), run the demo.
 # make test: same set-up, then lint, cargo test, the release wheel's check (make wheel), and
 #            pytest on every CPython 3.9-3.13 found (noxfile.py; a missing one is skipped with
-#            a notice), in parallel lanes on machines with the cores (.ci/nox_lanes.py).
+#            a notice), in parallel lanes, one per core (.ci/nox_lanes.py).
 #            NOX_ARGS passes options to nox's pytest sessions, e.g.
 #            make test NOX_ARGS='-p 3.12 -- tests/test_size.py'.
 PYTHON ?= python3
