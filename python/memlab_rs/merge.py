@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import json
 import os
 import re
 import statistics
@@ -38,6 +39,7 @@ from typing import Any
 from . import results
 from ._columns import check_saved_columns
 from ._core import readable_size
+from ._gloo_gather import gather_bytes
 from .line_result import DEFAULT_COLUMNS, LineProfileResult
 
 Value = Any  # an int, None where a rank has no value
@@ -122,16 +124,16 @@ def gather_results(result: Any, dst: int = 0, group: Any = None) -> Any:
     made = None
     if group is None and dist.get_backend() != "gloo":
         group = made = dist.new_group(backend="gloo")
-    document = results.document(result)
-    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == dst else None
+    payload = results.dumps(result).encode("utf-8")
     try:
-        dist.gather_object(document, gathered, dst=dst, group=group)
+        gathered = gather_bytes(payload, dst, group)
     finally:
         if made is not None:
             dist.destroy_process_group(made)
     if gathered is None:
         return None
-    return merge_results([results.from_document(d, f"rank {i}") for i, d in enumerate(gathered)])
+    documents = [json.loads(raw.decode("utf-8")) for raw in gathered]
+    return merge_results([results.from_document(d, f"rank {i}") for i, d in enumerate(documents)])
 
 
 def spread(values: Sequence[Value], ranks: Sequence[int]) -> dict[str, Any]:
