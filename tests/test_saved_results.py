@@ -77,7 +77,10 @@ def test_tensor_report_round_trip(tmp_path, name):
         loaded = saved_and_loaded(report, tmp_path, name)
         assert loaded.to_text() == report.to_text()
         assert loaded.to_text(verbose=True) == report.to_text(verbose=True)
-        assert loaded._repr_html_() == report._repr_html_()
+        assert loaded._repr_html_() == report._repr_html_() == report.html()
+        # the names every result shares: text() is to_text(), str and repr print it
+        assert str(loaded) == repr(loaded) == loaded.text() == report.to_text()
+        assert loaded.text(verbose=True) == report.to_text(verbose=True)
         assert loaded.to_json() == report.to_json()
         assert loaded.to_dict() == report.to_dict()
         assert loaded.rows == report.rows

@@ -121,13 +121,13 @@ class MemoryReport(results.SavedResult):
             ) from e
         return pd.DataFrame(self._table.columns())
 
-    def __str__(self) -> str:
-        return self.to_text()
+    def text(self, verbose: bool | None = None) -> str:
+        """The same as ``to_text``: the name every result's text has."""
+        return self.to_text(verbose)
 
-    def __repr__(self) -> str:
-        return self.to_text()
-
-    def _repr_html_(self) -> str:
+    def html(self) -> str:
+        """The table as HTML (Jupyter's display), under the rank's heading in a job of
+        several processes."""
         html = self._table.html()
         heading = results.rank_heading(self.meta)
         if heading is None:
@@ -337,7 +337,7 @@ class MemReporter:
         return self.collect(device).to_dataframe()
 
     def _repr_html_(self) -> str:
-        return self.collect()._repr_html_()
+        return self.collect().html()
 
 
 _HEADER = "Element type                                            Size  Used MEM"
