@@ -27,15 +27,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from console_script import MEMLAB_RS
 
 import memlab_rs
 import memlab_rs.cli
 
-# The console script beside this interpreter (a venv), else the one on PATH (an install
-# with --target, as on the GPU machine).
-MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
-if not MEMLAB_RS.exists():
-    MEMLAB_RS = Path(shutil.which("memlab-rs") or MEMLAB_RS)
 MiB = 1 << 20
 
 # A script written for `@profile` without importing it, as kernprof's users write them.

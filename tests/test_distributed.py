@@ -6,20 +6,15 @@ merged results must show that imbalance, with each rank's exact bytes."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from console_script import MEMLAB_RS
 
 import memlab_rs
 
-# The console script beside this interpreter (a venv), else the one on PATH (an install
-# with --target, as on the GPU machine).
-MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
-if not MEMLAB_RS.exists():
-    MEMLAB_RS = Path(shutil.which("memlab-rs") or MEMLAB_RS)
 MiB = 1 << 20
 
 DDP_SCRIPT = """\

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from console_script import MEMLAB_RS
 
 import memlab_rs
 
@@ -25,11 +25,6 @@ pytestmark = [
     ),
 ]
 
-# The console script beside this interpreter (a venv), else the one on PATH (an install
-# with --target, as on the GPU machine).
-MEMLAB_RS = Path(sys.executable).parent / "memlab-rs"
-if not MEMLAB_RS.exists():
-    MEMLAB_RS = Path(shutil.which("memlab-rs") or MEMLAB_RS)
 
 SCRIPT = """\
 import json, sys
