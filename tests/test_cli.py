@@ -748,4 +748,20 @@ def test_show_renders_the_other_kinds(tmp_path: Path, capsys):
         assert json.loads(capsys.readouterr().out)["kind"] == result.kind
         assert command_line.main(["show", path, "--format", "csv"]) == 2
         assert f"a {result.kind} has no CSV form" in capsys.readouterr().err
+    # a result without an HTML form (a test's memory) shows its text, as Jupyter does
+    from memlab_rs.pytest_result import PytestMemoryResult
+
+    measured = {"device": "cpu", "peak_bytes": 1 << 20, "start_bytes": 0, "limit_bytes": None}
+    test_memory = PytestMemoryResult(
+        "t.py::test_a",
+        "passed",
+        [{**measured, "rows": [], "notices": []}],
+        meta=memlab_rs.results.run_meta("cpu"),
+    )
+    path = str(tmp_path / "test_memory.json")
+    test_memory.save(path)
+    assert test_memory._repr_html_() is None
+    assert command_line.main(["show", path, "--format", "html"]) == 0
+    assert capsys.readouterr().out == test_memory.text()
+    assert test_memory.text().startswith("t.py::test_a: passed\ncpu: peak 1,048,576 bytes")
     del kept

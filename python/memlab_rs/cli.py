@@ -351,7 +351,8 @@ def _formatted(result: Any, form: str, view: dict[str, Any]) -> str:
             raise CliError(f"a {kind} has no CSV form; use --format text, html or json")
         return str(result.to_csv(**view))  # every saved column unless --columns says
     if form == "html":
-        return _render(result, ("html", "_repr_html_"), view) + "\n"
+        rendered = _render(result, ("html", "_repr_html_"), view)
+        return rendered if rendered.endswith("\n") else rendered + "\n"
     return _render(result, ("text", "to_text"), view)
 
 
@@ -365,16 +366,19 @@ def _json(result: Any) -> str:
 
 
 def _render(result: Any, methods: tuple[str, ...], view: dict[str, Any]) -> str:
-    """The first of ``methods`` the result has a form for; its text when it has none
-    (a result without HTML raises NotImplementedError from ``html()``)."""
+    """The first of ``methods`` the result has a form for; its text when it has none (a
+    result without HTML raises NotImplementedError from ``html()``, and its ``_repr_html_``
+    returns None, as Jupyter expects)."""
     for name in methods:
         method = getattr(result, name, None)
         if method is None:
             continue
         try:
-            return str(method(**view))
+            rendered = method(**view)
         except NotImplementedError:
             continue
+        if rendered is not None:
+            return str(rendered)
     return str(result)
 
 
