@@ -1,6 +1,6 @@
 """The streaming pickle reader (`trace.load(path)`) against the dict reader (`trace.load(dict)`):
 the same report from the GPU fixtures and generated histories at pickle protocols 2, 4 and 5,
-clear errors for bad files, the fallback to pickle.load, and its memory on a ~100 MB
+clear errors for bad files, the fallback for protocols 0 and 1, and its memory on a ~100 MB
 snapshot (measured in fresh processes)."""
 
 import json
@@ -114,21 +114,20 @@ def test_bad_files_give_clear_errors(tmp_path):
         trace.load(tmp_path / "missing.pickle")
 
 
-def test_unsupported_opcodes_are_named_and_load_falls_back(tmp_path):
+def test_protocols_0_and_1_fall_back_to_the_plain_data_unpickler(tmp_path):
     snapshot, facts = fixture("mlp_adam")
     for protocol in (0, 1):
         path = write(tmp_path / f"p{protocol}.pickle", snapshot, protocol)
         with pytest.raises(NotImplementedError, match="protocols 0 and 1"):
             _core.TraceAnalysis.from_pickle(str(path), [])
         assert trace.load(path).text() == trace.load(snapshot).text()
-    # A set (EMPTY_SET) somewhere: named, and pickle.load reads it instead.
+    # A set (EMPTY_SET) somewhere: no snapshot holds one, and nothing reads it.
     odd = dict(snapshot, external_annotations={1, 2})
     path = write(tmp_path / "set.pickle", odd, 4)
-    with pytest.raises(NotImplementedError, match=r"opcode EMPTY_SET \(0x8f\)"):
-        _core.TraceAnalysis.from_pickle(str(path), [])
-    result = trace.load(path)
-    assert result._snapshot is not None  # the fallback loaded the dict
-    assert result.text() == trace.load(snapshot).text()
+    for load in (lambda: _core.TraceAnalysis.from_pickle(str(path), []),
+                 lambda: trace.load(path)):
+        with pytest.raises(ValueError, match=r"opcode EMPTY_SET \(0x8f\), a set"):
+            load()
 
 
 def test_snapshot_is_loaded_on_demand_and_save_copies(tmp_path):

@@ -37,11 +37,11 @@ __all__ = [
     "_cpu_start",
     "_cpu_stats",
     "_cpu_stop",
+    "_cpu_table_has",
     "_cpu_trace_active",
     "_cpu_trace_set_tag",
     "_cpu_trace_start",
     "_cpu_trace_stop",
-    "_cpu_table_has",
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
@@ -55,6 +55,13 @@ __all__ = [
     "_gc_watch_state",
     "_hook_errors",
     "_instances_of",
+    "_monitor_csv_header",
+    "_monitor_csv_row",
+    "_monitor_data_ptrs",
+    "_monitor_html",
+    "_monitor_iteration",
+    "_monitor_state_ids",
+    "_monitor_text",
     "_monitoring_on_leave",
     "_monitoring_on_line",
     "_monitoring_on_resume",
@@ -63,9 +70,13 @@ __all__ = [
     "_run_inside_engine",
     "_set_cpu_glue",
     "_set_cpu_tracking",
+    "_test_memory_limit_text",
+    "_test_memory_text",
+    "_test_memory_top_table",
     "_trace_new_thread",
     "_trace_timeline_html",
     "_tracker_html",
+    "check_snapshot_pickle",
     "collect_report",
     "driver_available",
     "driver_device_memory",
@@ -73,16 +84,6 @@ __all__ = [
     "readable_size",
     "render_tracker_block",
     "tracked_tensors",
-    "_monitor_csv_header",
-    "_monitor_data_ptrs",
-    "_monitor_state_ids",
-    "_monitor_csv_row",
-    "_monitor_html",
-    "_monitor_iteration",
-    "_monitor_text",
-    "_test_memory_limit_text",
-    "_test_memory_text",
-    "_test_memory_top_table",
 ]
 __version__: str
 _CPU_PROBE_BYTES: int
@@ -342,6 +343,10 @@ def _monitoring_on_throw(code: types.CodeType, offset: int, _error: object) -> N
 def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None: ...
 
 # render/trace_timeline.rs
+def check_snapshot_pickle(path: str) -> tuple[int, int]:
+    """Check a pickle before anything reads it: plain data only, every table bounded by the
+    file's size. (protocol, values a full walk visits); ValueError says why not."""
+
 def _trace_timeline_html(view: dict[str, Any]) -> str:
     """The timeline of a trace as one self-contained HTML page, from a dict with the keys
     of ``report.timeline(device)``."""

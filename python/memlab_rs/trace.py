@@ -406,7 +406,8 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
     except FileNotFoundError:
         raise FileNotFoundError(f"no snapshot file at {path!r}") from None
     except NotImplementedError:
-        # A pickle the streaming reader does not read (protocol 0/1, other objects).
+        # A checked pickle the streaming reader does not read (protocols 0 and 1, plain data
+        # laid out unlike a snapshot): the plain-data unpickler reads it.
         return TraceResult(_read_pickle(path), excluded)
     return TraceResult._from_analysis(analysis, path, excluded)
 
@@ -450,17 +451,42 @@ def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
     )
 
 
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Python's unpickler with every way to code shut: no global is found (so nothing is
+    imported, constructed or called), no persistent id is resolved. What it reads has
+    passed ``_core.check_snapshot_pickle`` first, which refuses those opcodes too and
+    bounds every table by the file's size: two locks, one behind the other."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"refused to load {module}.{name}: memlab_rs never runs code from a file"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused a persistent id: not plain data")
+
+
 def _read_pickle(path: str) -> dict:
+    """The snapshot dict in the pickle at ``path``, read as plain data only (never code)."""
+    _core.check_snapshot_pickle(path)  # ValueError naming the opcode or bound refused
     try:
         with open(path, "rb") as f:
-            return pickle.load(f)
+            found = _PlainDataUnpickler(f).load()
     except FileNotFoundError:
         raise FileNotFoundError(f"no snapshot file at {path!r}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError) as error:
+    except MemoryError:
+        raise
+    except Exception as error:  # whatever plain data the checker passed and pickle refuses
         raise ValueError(
-            f"{path!r} is not a snapshot pickle ({error}); write one with "
-            "torch.cuda.memory._dump_snapshot(path)"
+            f"{path!r} is not a snapshot pickle ({type(error).__name__}: {error}); write one "
+            "with torch.cuda.memory._dump_snapshot(path)"
         ) from None
+    if not isinstance(found, dict):
+        raise ValueError(
+            f"{path!r} is not a snapshot pickle: it holds a {type(found).__name__}, not the "
+            "dict of torch.cuda.memory._snapshot()"
+        )
+    return found
 
 
 class Tracer:

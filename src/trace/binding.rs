@@ -1,13 +1,14 @@
 //! The Python face of the analysis: `_core.TraceAnalysis(snapshot, exclude)` reads a snapshot
 //! dict, analyses it once, and answers questions about the result. `memlab_rs.trace` wraps it.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::group::{by_keyword, by_line, Locator, Row};
 use super::load::from_snapshot;
 use super::model::Source;
+use super::pickle_guard::{check_file, Refusal};
 use super::pickle_stream::from_pickle;
 use super::report::{analyse, DeviceReport, Report};
 use crate::render::trace::{data as trace_data, html as trace_html, text as trace_text};
@@ -49,9 +50,10 @@ impl TraceAnalysis {
     }
 
     /// Analyse the snapshot pickle at `path` without building its Python objects (a
-    /// streaming reader: memory stays near the size of the compact records). Raises
-    /// `NotImplementedError` for a pickle it cannot read (protocols 0-1, objects other than
-    /// dicts, lists, tuples, str, int, float, bool and None): `pickle.load` it then.
+    /// streaming reader: memory stays near the size of the compact records). The file
+    /// passes `check_snapshot_pickle` first (a ValueError says why not). Raises
+    /// `NotImplementedError` for a checked pickle it does not read (protocols 0-1, plain
+    /// data laid out unlike a snapshot): the plain-data unpickler reads those.
     #[staticmethod]
     fn from_pickle(py: Python<'_>, path: String, exclude: Vec<String>) -> PyResult<Self> {
         let locator = Locator { exclude };
@@ -184,4 +186,29 @@ impl TraceAnalysis {
         out.set_item("notices", self.report.notices(d))?;
         Ok(out)
     }
+}
+
+/// Check the pickle at `path` before anything reads it (`pickle_guard`): plain data only,
+/// every table bounded by the file's size. Returns (protocol, values a full walk visits);
+/// raises ValueError naming the opcode or bound and its byte, FileNotFoundError.
+#[pyfunction]
+pub fn check_snapshot_pickle(py: Python<'_>, path: String) -> PyResult<(u8, u64)> {
+    let checked = py.detach(|| check_file(&path));
+    match checked {
+        Ok(c) => Ok((c.protocol, c.values)),
+        Err(Refusal::Missing) => Err(PyFileNotFoundError::new_err(format!(
+            "no snapshot file at {path:?}"
+        ))),
+        Err(refusal) => Err(PyValueError::new_err(refused_message(&path, &refusal))),
+    }
+}
+
+/// The one message for a refused snapshot pickle.
+pub fn refused_message(path: &str, refusal: &Refusal) -> String {
+    format!(
+        "{path:?} is not a snapshot pickle memlab_rs reads: {}. memlab_rs reads plain data \
+         only (dicts, lists, strings, numbers, as torch.cuda.memory._dump_snapshot writes \
+         them) and never runs code from a file",
+        refusal.describe()
+    )
 }

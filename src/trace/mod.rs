@@ -14,6 +14,7 @@ pub mod load;
 pub mod model;
 pub mod parts;
 pub mod peak;
+pub mod pickle_guard;
 pub mod pickle_stream;
 pub mod report;
 pub mod timeline;

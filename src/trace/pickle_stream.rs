@@ -18,11 +18,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read};
 
-use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyMemoryError, PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
 
 use super::model::{Action, Event, Source, Trace, NONE};
 use super::parts::{bad, Doc, Parts};
+use super::pickle_guard::{self, Refusal};
 
 /// One value of the pickle machine: 16 bytes. Containers live in `Stream::slab`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -516,6 +517,9 @@ struct Machine {
     offset: u64,
     buf: Vec<u8>,
     path: String,
+    /// The file's length: no memo index reaches it (`pickle_guard` checked that already;
+    /// this reader keeps its own bound all the same).
+    len: u64,
 }
 
 impl Machine {
@@ -591,56 +595,27 @@ impl Machine {
     }
 }
 
-fn opcode_name(op: u8) -> &'static str {
-    match op {
-        b'c' => "GLOBAL",
-        0x93 => "STACK_GLOBAL",
-        b'R' => "REDUCE",
-        b'b' => "BUILD",
-        0x81 => "NEWOBJ",
-        0x92 => "NEWOBJ_EX",
-        b'o' => "OBJ",
-        b'i' => "INST",
-        b'P' => "PERSID",
-        b'Q' => "BINPERSID",
-        b'0' => "POP",
-        b'1' => "POP_MARK",
-        b'2' => "DUP",
-        b'V' => "UNICODE",
-        b'I' => "INT",
-        b'L' => "LONG",
-        b'F' => "FLOAT",
-        b'S' => "STRING",
-        b'T' => "BINSTRING",
-        b'U' => "SHORT_BINSTRING",
-        b'B' => "BINBYTES",
-        b'C' => "SHORT_BINBYTES",
-        0x8e => "BINBYTES8",
-        0x96 => "BYTEARRAY8",
-        0x97 => "NEXT_BUFFER",
-        0x98 => "READONLY_BUFFER",
-        b'l' => "LIST",
-        b'd' => "DICT",
-        b'p' => "PUT",
-        b'g' => "GET",
-        0x8f => "EMPTY_SET",
-        0x90 => "ADDITEMS",
-        0x91 => "FROZENSET",
-        0x82 => "EXT1",
-        0x83 => "EXT2",
-        0x84 => "EXT4",
-        _ => "an unknown opcode",
-    }
-}
-
-/// Read the snapshot pickle at `path` into a `Trace`.
+/// Read the snapshot pickle at `path` into a `Trace`. The file passes `pickle_guard` first:
+/// nothing in it constructs objects, and the work below is linear in its size.
 pub fn from_pickle(path: &str) -> PyResult<Trace> {
+    let checked = pickle_guard::check_file(path).map_err(|refusal| match refusal {
+        Refusal::Missing => PyFileNotFoundError::new_err(format!("no snapshot file at {path:?}")),
+        refusal => PyValueError::new_err(super::binding::refused_message(path, &refusal)),
+    })?;
+    if checked.protocol < 2 {
+        // Protocols 0 and 1 (text opcodes): checked, and read by the plain-data unpickler.
+        return Err(unsupported(
+            "pickles without a PROTO opcode (protocols 0 and 1)".into(),
+        ));
+    }
     let file = File::open(path)?;
+    let len = file.metadata()?.len();
     let mut m = Machine {
         input: BufReader::with_capacity(1 << 20, file),
         offset: 0,
         buf: Vec::new(),
         path: path.to_owned(),
+        len,
     };
     let mut s = Stream::new();
     let first = m.byte()?;
@@ -828,9 +803,12 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                 };
                 let top = *s.stack.last().ok_or_else(|| underflow(m))?;
                 if index >= s.memo.len() {
-                    if index > s.memo.len() + (1 << 20) {
-                        return Err(unsupported(format!("a sparse memo (index {index})")));
+                    if index as u64 >= m.len {
+                        return Err(m.fail(&format!("memo index {index} at byte {at}")));
                     }
+                    s.memo
+                        .try_reserve(index + 1 - s.memo.len())
+                        .map_err(|_| PyMemoryError::new_err("no memory for the pickle's memo"))?;
                     s.memo.resize(index + 1, 0);
                 }
                 if let Value::Obj(h) = top {
@@ -875,7 +853,7 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
             _ => {
                 return Err(unsupported(format!(
                     "pickle opcode {} ({op:#04x}) at byte {at}",
-                    opcode_name(op)
+                    pickle_guard::opcode_name(op)
                 )))
             }
         }
