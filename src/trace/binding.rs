@@ -199,16 +199,6 @@ pub fn check_snapshot_pickle(py: Python<'_>, path: String) -> PyResult<(u8, u64)
         Err(Refusal::Missing) => Err(PyFileNotFoundError::new_err(format!(
             "no snapshot file at {path:?}"
         ))),
-        Err(refusal) => Err(PyValueError::new_err(refused_message(&path, &refusal))),
+        Err(refusal) => Err(PyValueError::new_err(refusal.message(&path))),
     }
-}
-
-/// The one message for a refused snapshot pickle.
-pub fn refused_message(path: &str, refusal: &Refusal) -> String {
-    format!(
-        "{path:?} is not a snapshot pickle memlab_rs reads: {}. memlab_rs reads plain data \
-         only (dicts, lists, strings, numbers, as torch.cuda.memory._dump_snapshot writes \
-         them) and never runs code from a file",
-        refusal.describe()
-    )
 }

@@ -63,10 +63,14 @@ impl Refusal {
         }
     }
 
-    /// Whether the file is refused for what it contains (code or a bomb), as opposed to
-    /// being damaged or unreadable.
-    pub fn is_refused(&self) -> bool {
-        matches!(self, Refusal::Refused { .. })
+    /// The one message for a refused snapshot pickle at `path`.
+    pub fn message(&self, path: &str) -> String {
+        format!(
+            "{path:?} is not a snapshot pickle memlab_rs reads: {}. memlab_rs reads plain \
+             data only (dicts, lists, strings, numbers, as torch.cuda.memory._dump_snapshot \
+             writes them) and never runs code from a file",
+            self.describe()
+        )
     }
 }
 

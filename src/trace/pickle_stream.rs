@@ -600,7 +600,7 @@ impl Machine {
 pub fn from_pickle(path: &str) -> PyResult<Trace> {
     let checked = pickle_guard::check_file(path).map_err(|refusal| match refusal {
         Refusal::Missing => PyFileNotFoundError::new_err(format!("no snapshot file at {path:?}")),
-        refusal => PyValueError::new_err(super::binding::refused_message(path, &refusal)),
+        refusal => PyValueError::new_err(refusal.message(path)),
     })?;
     if checked.protocol < 2 {
         // Protocols 0 and 1 (text opcodes): checked, and read by the plain-data unpickler.
