@@ -62,8 +62,8 @@ pub struct Collector {
     pub enabled: bool,
     pub codes: Vec<Code>,
     threads: Vec<ThreadStack>,
-    /// Each `Delta` statistic summed over every sample since the collector was created,
-    /// whatever device it read then: lines take differences of it.
+    /// Each `Delta` statistic summed over every sample taken while the collector was
+    /// enabled, whatever device it read then: lines take differences of it.
     cumulative: Vec<i64>,
     /// The highest value of every statistic seen while enabled.
     pub session_peak: Vec<i64>,
@@ -140,6 +140,9 @@ pub struct Engine {
     slots: Vec<Slot>,
     /// Slots whose collector was dropped, for the next collector created.
     free: Vec<u32>,
+    /// The enabled collectors, in the order they were enabled: all that samples and
+    /// incidents visit, so a profiler kept alive but disabled costs an event nothing.
+    enabled: Vec<CollectorId>,
     sources: Vec<Source>,
     /// code object address -> (collector, code index) for enabled collectors.
     watched: HashMap<usize, Vec<(CollectorId, u32)>>,
@@ -336,10 +339,6 @@ impl Engine {
         })
     }
 
-    fn live_mut(&mut self) -> impl Iterator<Item = &mut Collector> {
-        live_collectors_mut(&mut self.slots)
-    }
-
     pub fn collector(&self, id: CollectorId) -> PyResult<&Collector> {
         self.get(id).ok_or_else(dropped_error)
     }
@@ -386,8 +385,12 @@ impl Engine {
             return Err(error);
         }
         let collector = live_slot_mut(&mut self.slots, id).expect("checked above");
+        if let Some(source) = self.sources.iter().find(|s| s.device == device) {
+            fit_to_source(collector, source);
+        }
         collector.enabled = true;
         collector.cuda_notice_at_enable = cuda_notice(device);
+        self.enabled.push(id);
         for (index, code) in collector.codes.iter().enumerate() {
             let address = code.object.as_ptr() as usize;
             self.watched
@@ -428,6 +431,7 @@ impl Engine {
         let device = collector.device;
         collector.enabled = false;
         let stacks = std::mem::take(&mut collector.threads);
+        self.enabled.retain(|&enabled| enabled != id);
         let source = self.source_index(device);
         let mut actions = Vec::new();
         for mut stack in stacks {
@@ -477,12 +481,7 @@ impl Engine {
     ) -> PyResult<Vec<Action>> {
         self.sample_all(py)?;
         let mut actions = Vec::new();
-        let enabled: Vec<CollectorId> = self
-            .live()
-            .filter(|(_, c)| c.enabled)
-            .map(|(id, _)| id)
-            .collect();
-        for id in enabled {
+        for id in self.enabled.clone() {
             let Some(collector) = self.get_mut(id) else {
                 continue;
             };
@@ -507,18 +506,22 @@ impl Engine {
 
     /// Add `notice` to the report of every enabled collector.
     pub fn notice_enabled(&mut self, notice: String) {
-        for collector in self.live_mut() {
-            if collector.enabled && !collector.notices.contains(&notice) {
-                collector.notices.push(notice.clone());
+        for &id in &self.enabled {
+            if let Some(collector) = live_slot_mut(&mut self.slots, id) {
+                if !collector.notices.contains(&notice) {
+                    collector.notices.push(notice.clone());
+                }
             }
         }
     }
 
     /// In a forked child: nothing enabled, no frame open, no source read.
     fn reset_after_fork(&mut self) {
-        for collector in self.live_mut() {
-            collector.enabled = false;
-            collector.threads.clear();
+        for id in std::mem::take(&mut self.enabled) {
+            if let Some(collector) = live_slot_mut(&mut self.slots, id) {
+                collector.enabled = false;
+                collector.threads.clear();
+            }
         }
         self.watched.clear();
         self.sources.clear();
@@ -533,10 +536,10 @@ impl Engine {
         } else {
             Vec::new()
         };
-        for collector in self.live_mut() {
-            if !collector.enabled {
+        for &id in &self.enabled {
+            let Some(collector) = live_slot_mut(&mut self.slots, id) else {
                 continue;
-            }
+            };
             collector.dropped += dropped;
             for incident in &incidents {
                 match incident {
@@ -633,7 +636,7 @@ impl Engine {
     }
 
     pub fn any_enabled(&self) -> bool {
-        self.live().any(|(_, c)| c.enabled)
+        !self.enabled.is_empty()
     }
 
     /// Addresses of the code objects some enabled collector watches.
@@ -833,33 +836,31 @@ impl Engine {
 
     fn drop_unused_sources(&mut self) {
         let used: Vec<Device> = self
-            .live()
-            .filter(|(_, c)| c.enabled)
-            .map(|(_, c)| c.device)
+            .enabled
+            .iter()
+            .filter_map(|&id| self.get(id))
+            .map(|c| c.device)
             .collect();
         // A source coming back into use starts from a fresh baseline: what happened while
         // nobody watched must not be charged to the next line.
         self.sources.retain(|s| used.contains(&s.device));
     }
 
-    /// Sample every source in use and hand each sample to the collectors reading it: their
+    /// Sample every source in use and hand each sample to the enabled collectors reading it
+    /// (a disabled one has no open line and sees no peak): their
     /// cumulative counters grow, and every open innermost line sees the peaks.
     fn sample_all(&mut self, py: Python<'_>) -> PyResult<()> {
         for source in &mut self.sources {
             source.sample(py)?;
         }
-        for collector in live_collectors_mut(&mut self.slots) {
+        for &id in &self.enabled {
+            let Some(collector) = live_slot_mut(&mut self.slots, id) else {
+                continue;
+            };
             let Some(source) = self.sources.iter().find(|s| s.device == collector.device) else {
                 continue;
             };
-            let n = source.layout.len();
-            if collector.cumulative.len() < n {
-                collector.cumulative.resize(n, 0);
-                collector.session_peak.resize(n, 0);
-            }
-            if collector.names.len() != n {
-                collector.names = source.layout.names.clone();
-            }
+            fit_to_source(collector, source);
             for (total, growth) in collector.cumulative.iter_mut().zip(&source.growth) {
                 *total += growth;
             }
@@ -899,10 +900,17 @@ fn live_slot_mut(slots: &mut [Slot], id: CollectorId) -> Option<&mut Collector> 
         .and_then(|entry| entry.collector.as_mut())
 }
 
-fn live_collectors_mut(slots: &mut [Slot]) -> impl Iterator<Item = &mut Collector> {
-    slots
-        .iter_mut()
-        .filter_map(|entry| entry.collector.as_mut())
+/// Size a collector's counters and names to its source's layout (a CUDA layout grows once
+/// CUDA is initialised).
+fn fit_to_source(collector: &mut Collector, source: &Source) {
+    let n = source.layout.len();
+    if collector.cumulative.len() < n {
+        collector.cumulative.resize(n, 0);
+        collector.session_peak.resize(n, 0);
+    }
+    if collector.names.len() != n {
+        collector.names = source.layout.names.clone();
+    }
 }
 
 enum Depth {
