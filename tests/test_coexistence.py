@@ -156,6 +156,53 @@ def test_all_tool_ids_taken_is_a_clear_error():
     assert_work_profiled(lp)
 
 
+def test_an_enable_that_fails_leaves_no_recording_behind(script):
+    # The hooks cannot be installed: on 3.12+ both tool ids are taken, below an audit hook
+    # refuses sys.settrace (audit hooks stay for good: a process of its own).
+    out = script(
+        """
+        import sys, torch
+        from memlab_rs import LineProfiler, _core, trace
+
+        def work():
+            a = torch.empty(256, 1024)
+            b = torch.empty(512, 1024)
+            return a, b
+
+        refuse = True
+        if sys.version_info >= (3, 12):
+            sys.monitoring.use_tool_id(3, "tool three")
+            sys.monitoring.use_tool_id(4, "tool four")
+        else:
+            def audit(event, args):
+                if event == "sys.settrace" and refuse:
+                    raise RuntimeError("sys.settrace refused by an audit hook")
+            sys.addaudithook(audit)
+        lp = LineProfiler(work, device="cpu", peak_live=True)
+        try:
+            lp.enable()
+        except RuntimeError as error:
+            print("enable failed:", error)
+        print("enabled", lp.enabled, "recording", _core._cpu_trace_active())
+        refuse = False
+        if sys.version_info >= (3, 12):
+            sys.monitoring.free_tool_id(3)
+            sys.monitoring.free_tool_id(4)
+        with trace.Tracer(device="cpu") as tr:  # the next recording starts
+            x = torch.empty(256, 1024)
+        print("traced", tr.result.max_mem("cpu") >= 1 << 20)
+        with lp:
+            kept = work()
+        rows = {r["code"].strip(): r for r in lp.display(work, ["peak_live"]).records()}
+        print("peak_live", rows["b = torch.empty(512, 1024)"]["peak_live"])
+        """
+    )
+    assert "enable failed:" in out, out
+    assert "enabled False recording False" in out, out
+    assert "traced True" in out, out
+    assert f"peak_live {2 * MiB}" in out, out
+
+
 # --- 3.9-3.11: each thread keeps its own tracer --------------------------------------
 
 
