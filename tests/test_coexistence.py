@@ -9,6 +9,7 @@ a C trace function chained in front of each thread's own tracer.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import sys
 import textwrap
@@ -528,7 +529,7 @@ STEPS = st.lists(
 
 
 @settings(
-    max_examples=int(40 * float(__import__("os").environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
+    max_examples=int(40 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,
     database=None,
 )
