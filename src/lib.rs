@@ -5,6 +5,7 @@ pub mod bindings;
 pub mod courtesy;
 pub mod estimate;
 pub mod gc_walk;
+pub mod interrupts;
 pub mod line_profiler;
 pub mod monitor;
 pub mod render;

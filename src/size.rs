@@ -10,6 +10,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
+use crate::interrupts::text;
+
 const UNITS: [(f64, &str); 6] = [
     (1125899906842624.0, "P"),
     (1099511627776.0, "T"),
@@ -69,9 +71,10 @@ pub fn readable_size(num_bytes: &Bound<'_, PyAny>) -> PyResult<String> {
     if num_bytes.is_instance_of::<PyInt>() || num_bytes.is_instance_of::<PyFloat>() {
         return Ok(memlab_size(num_bytes.extract::<f64>()?));
     }
-    let type_name = num_bytes.get_type().name()?.to_string();
+    // Extracted, not `to_string()`: pyo3's Display swallows errors (a signal handler's).
+    let type_name: String = num_bytes.get_type().name()?.extract()?;
     if type_name.starts_with("Sym") {
-        return Ok(num_bytes.str()?.to_string());
+        return text(num_bytes);
     }
     match num_bytes.extract::<f64>() {
         Ok(value) => Ok(memlab_size(value)),
@@ -173,15 +176,15 @@ pub fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
             }),
             Err(_) => Err(PyValueError::new_err(format!(
                 "{} is not a size: more than {} bytes",
-                size.str()?,
+                text(size)?,
                 u64::MAX
             ))),
         };
     }
-    let type_name = size.get_type().name()?.to_string();
+    let type_name: String = size.get_type().name()?.extract()?;
     Err(PyTypeError::new_err(format!(
         "a size must be a string or an int of bytes, not {type_name} ({}); give {SIZE_FORMS}",
-        size.repr()?
+        size.repr()?.extract::<String>()?
     )))
 }
 

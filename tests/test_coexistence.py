@@ -9,6 +9,7 @@ a C trace function chained in front of each thread's own tracer.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import sys
 import textwrap
@@ -16,8 +17,10 @@ import threading
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memlab_rs import LineProfiler
+from memlab_rs import LineProfiler, _core
 
 MiB = 1 << 20
 MONITORING = sys.version_info >= (3, 12)
@@ -152,6 +155,53 @@ def test_all_tool_ids_taken_is_a_clear_error():
     with LineProfiler(work, device="cpu") as lp:
         work()
     assert_work_profiled(lp)
+
+
+def test_an_enable_that_fails_leaves_no_recording_behind(script):
+    # The hooks cannot be installed: on 3.12+ both tool ids are taken, below an audit hook
+    # refuses sys.settrace (audit hooks stay for good: a process of its own).
+    out = script(
+        """
+        import sys, torch
+        from memlab_rs import LineProfiler, _core, trace
+
+        def work():
+            a = torch.empty(256, 1024)
+            b = torch.empty(512, 1024)
+            return a, b
+
+        refuse = True
+        if sys.version_info >= (3, 12):
+            sys.monitoring.use_tool_id(3, "tool three")
+            sys.monitoring.use_tool_id(4, "tool four")
+        else:
+            def audit(event, args):
+                if event == "sys.settrace" and refuse:
+                    raise RuntimeError("sys.settrace refused by an audit hook")
+            sys.addaudithook(audit)
+        lp = LineProfiler(work, device="cpu", peak_live=True)
+        try:
+            lp.enable()
+        except RuntimeError as error:
+            print("enable failed:", error)
+        print("enabled", lp.enabled, "recording", _core._cpu_trace_active())
+        refuse = False
+        if sys.version_info >= (3, 12):
+            sys.monitoring.free_tool_id(3)
+            sys.monitoring.free_tool_id(4)
+        with trace.Tracer(device="cpu") as tr:  # the next recording starts
+            x = torch.empty(256, 1024)
+        print("traced", tr.result.max_mem("cpu") >= 1 << 20)
+        with lp:
+            kept = work()
+        rows = {r["code"].strip(): r for r in lp.display(work, ["peak_live"]).records()}
+        print("peak_live", rows["b = torch.empty(512, 1024)"]["peak_live"])
+        """
+    )
+    assert "enable failed:" in out, out
+    assert "enabled False recording False" in out, out
+    assert "traced True" in out, out
+    assert f"peak_live {2 * MiB}" in out, out
 
 
 # --- 3.9-3.11: each thread keeps its own tracer --------------------------------------
@@ -424,6 +474,102 @@ def test_deleting_an_enabled_profiler_in_a_cycle_removes_every_hook():
         assert our_tool_ids() == []
     else:
         assert sys.gettrace() is before
+
+
+# --- the engine's table: a dropped profiler's slot is reused, never its events ----------
+
+
+def first():
+    x = 1
+    return x
+
+
+def second():
+    y = 2
+    return y
+
+
+def third():
+    z = 3
+    return z
+
+
+FUNCTIONS = (first, second, third)
+
+
+def hits_of(lp, func):
+    """{line: hits} of `func` in `lp`'s report (empty when it never ran while enabled)."""
+    return {r["line"]: r["hits"] for r in lp.display(func, COLUMNS).records()}
+
+
+def test_a_profiler_made_per_step_reuses_one_slot():
+    gc.collect()
+    slots_before, alive_before = _core._line_engine_table()
+    for _ in range(300):
+        with LineProfiler(work, device="cpu") as lp:
+            work()
+    assert_work_profiled(lp)
+    del lp
+    slots, alive = _core._line_engine_table()
+    assert alive == alive_before
+    # Two alive at once at most: a step's profiler is made before the last one is dropped.
+    assert slots <= max(slots_before, alive_before + 2), (slots_before, slots)
+
+
+# What a sequence does: make a profiler of function k, enable/disable/drop the i-th alive
+# one (drop_busy: dropped while the engine is held, so its retirement is queued), or call
+# function k.
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["new", "call"]), st.integers(0, 2)),
+        st.tuples(st.sampled_from(["enable", "disable", "drop", "drop_busy"]), st.integers(0, 9)),
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=int(40 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
+    deadline=None,
+    database=None,
+)
+@given(STEPS)
+def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(steps):
+    gc.collect()
+    slots_before, alive_before = _core._line_engine_table()
+    alive: list[list] = []  # [profiler, function index, calls it saw while enabled]
+    most = 0
+    lp = None
+    for what, n in steps:
+        if what == "new":
+            alive.append([LineProfiler(FUNCTIONS[n], device="cpu"), n, 0])
+        elif what == "call":
+            FUNCTIONS[n]()
+            for i in range(len(alive)):
+                alive[i][2] += alive[i][1] == n and alive[i][0].enabled
+        elif alive:
+            at = n % len(alive)
+            if what == "enable":
+                alive[at][0].enable()
+            elif what == "disable":
+                alive[at][0].disable()
+            elif what == "drop":
+                del alive[at]
+            else:
+                held = [alive.pop(at)]
+                _core._run_inside_engine(held.clear)  # its collector's drop is queued
+        most = max(most, len(alive))
+    for lp, k, calls in alive:
+        lp.disable()
+        func = FUNCTIONS[k]
+        body = func.__code__.co_firstlineno + 1
+        # Exactly the calls made while it was enabled: none of a dropped profiler's.
+        assert hits_of(lp, func).get(body, 0) == calls
+        assert [c.co_name for c in lp._collector.codes()] == [func.__name__]
+    del alive, lp
+    slots, alive_after = _core._line_engine_table()
+    assert alive_after == alive_before
+    assert slots <= max(slots_before, alive_before + most), (slots_before, slots, most)
 
 
 # --- fork ---------------------------------------------------------------------------

@@ -380,6 +380,22 @@ def test_peak_memory_stats_survive_the_per_line_resets():
     assert lp.peak_memory_stats()["active_bytes.all.peak"] >= 4 * MiB
 
 
+def test_a_disabled_profiler_sees_nothing_of_another_ones_lines():
+    idle = LineProfiler(inner, device="cpu")
+    with idle:
+        inner()
+    before = idle.peak_memory_stats()
+    with LineProfiler(inner, device="cpu") as busy:
+        inner()
+        big = torch.empty(16, 1024, 1024)  # 64 MiB: more than `idle` ever saw
+        del big
+        inner()  # its first line sees the 64 MiB peak
+    assert busy.peak_memory_stats()["active_bytes.all.peak"] >= 64 * MiB
+    assert idle.peak_memory_stats() == before
+    assert by_line(idle, inner)["t = torch.empty(1024, 1024)"]["hits"] == 1
+    assert by_line(busy, inner)["t = torch.empty(1024, 1024)"]["hits"] == 2
+
+
 def test_profile_every_prints_every_nth_call(script):
     out = script(
         """

@@ -9,10 +9,12 @@ import io
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from signal_alarms import alarms_into, spread
 from torch.utils.checkpoint import checkpoint
 
 import memlab_rs
@@ -397,3 +399,41 @@ def test_csv_default_directory(tmp_path, monkeypatch):
         pass
     assert os.path.dirname(mon.csv_path) == "memory_csv_data"
     assert (tmp_path / mon.csv_path).exists()
+
+
+# --- a signal handler's exception during a boundary's reads reaches the caller ------------
+
+
+class PythonTensor(torch.Tensor):
+    """Every attribute read and method call goes through torch.Tensor.__torch_function__,
+    Python code: a signal handler can run inside the monitor's read itself."""
+
+
+def _under_alarms(call):
+    start = time.perf_counter()
+    call()
+    return alarms_into(call, spread(time.perf_counter() - start, 12))
+
+
+def test_a_timeout_raised_while_reading_gradients_reaches_the_caller():
+    params = []
+    for _ in range(2_000):
+        p = torch.ones(4).as_subclass(PythonTensor).requires_grad_()
+        p.grad = torch.ones(4)
+        params.append(p)
+    tensors = _core.MonitorTensors(-1)
+    tensors.set_model([(p, i) for i, p in enumerate(params)], len(params), set(), set())
+    assert tensors.gradients()[1] == [16] * len(params)
+    raised, seen = _under_alarms(tensors.gradients)
+    assert raised > 0 and seen == raised
+
+
+def test_a_timeout_raised_while_reading_saved_tensors_reaches_the_caller():
+    hooks = _core.SavedTensorHooks(torch.Tensor)
+    saved = [torch.ones(4).as_subclass(PythonTensor) for _ in range(2_000)]
+    held = [hooks.pack(t) for t in saved]
+    tensors = _core.MonitorTensors(-1)
+    assert tensors.activations(hooks) == 16 * len(saved)
+    raised, seen = _under_alarms(lambda: tensors.activations(hooks))
+    assert raised > 0 and seen == raised
+    del held

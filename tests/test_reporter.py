@@ -5,13 +5,16 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import signal
 import textwrap
+import time
 import warnings
 import weakref
 from html.parser import HTMLParser
 
 import pytest
 import torch
+from signal_alarms import alarms_into, spread
 
 from memlab_rs import MemReporter
 from memlab_rs.models import TinyGPT
@@ -483,3 +486,61 @@ def test_devices_and_types_that_make_no_sense_are_errors():
         count = torch.cuda.device_count()
         with pytest.raises(ValueError, match=f"this machine has {count} CUDA device"):
             reporter.report(device=count)
+
+
+# --- a signal handler's exception during collect() reaches the caller --------------------
+
+
+class PythonTensor(torch.Tensor):
+    """Every attribute read goes through torch.Tensor.__torch_function__, Python code: a
+    signal handler can run inside the read itself."""
+
+
+def _collect_under_alarms(raises: type[BaseException] = Exception):
+    """Timers spread over one collect(), each fired into one of 12 more."""
+    reporter = MemReporter()
+    start = time.perf_counter()
+    reporter.collect(device="cpu")
+    delays = spread(time.perf_counter() - start, 12)
+    call = lambda: reporter.collect(device="cpu")  # noqa: E731
+    if raises is Exception:
+        return alarms_into(call, delays)
+    return alarms_into(call, delays, raises=raises)
+
+
+@pytest.mark.parametrize("kind", ["plain", "subclass"])
+def test_a_timeout_raised_by_a_signal_handler_during_collect_reaches_the_caller(kind):
+    made = (lambda: torch.empty(4)) if kind == "plain" else (
+        lambda: torch.empty(4).as_subclass(PythonTensor)
+    )
+    keep = [made() for _ in range(5_000 if kind == "plain" else 1_000)]
+    raised, seen = _collect_under_alarms()
+    assert raised > 0
+    assert seen == raised  # none swallowed
+    del keep
+
+
+def test_ctrl_c_during_collect_reaches_the_caller():
+    keep = [torch.empty(4) for _ in range(5_000)]
+    raised, seen = _collect_under_alarms(raises=KeyboardInterrupt)
+    assert raised > 0 and seen == raised
+    del keep
+
+
+def test_a_tensor_that_cannot_answer_is_still_reported_with_handlers_installed():
+    class Broken(torch.Tensor):
+        @property
+        def layout(self):
+            raise RuntimeError("this tensor has no layout")
+
+    def on_alarm(signum, frame):  # installed, never fired: errors are still the tensor's
+        raise AssertionError("not fired")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        broken = torch.ones(256, 256).as_subclass(Broken)
+        rows = MemReporter().collect(device="cpu").rows
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert any(r.shape == (256, 256) and r.bytes == 256 * 1024 for r in rows)
+    del broken

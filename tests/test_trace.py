@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from memlab_rs import trace
+from memlab_rs import _core, trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trace"
 ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
@@ -340,6 +340,39 @@ def test_tracer_rejects_bad_arguments():
         tracer.stop()
     with pytest.raises(RuntimeError, match="start_tracing"):
         trace.stop_tracing()
+
+
+@pytest.mark.parametrize("model", [-1, "net", [torch.nn.Linear(2, 2)], torch.nn.Linear])
+def test_a_model_that_is_not_a_module_is_named_before_anything_starts(model):
+    with pytest.raises(TypeError, match=r"Tracer\(model=\.\.\.\): model must be a torch\.nn"):
+        trace.Tracer(device="cpu", model=model, tag_modules=True)
+    assert not _core._cpu_trace_active()
+
+
+def test_a_start_that_fails_leaves_nothing_running():
+    from torch.nn.modules import module
+
+    from memlab_rs._trace_tags import ModuleTagger
+
+    def hooks():
+        return dict(module._global_forward_pre_hooks), dict(module._global_forward_hooks)
+
+    with ModuleTagger():  # another tagger is installed: the tracer's cannot be
+        before = hooks()
+        for _ in range(3):
+            failed = trace.Tracer(device="cpu", tag_modules=True)
+            with pytest.raises(RuntimeError, match="another ModuleTagger is installed"):
+                failed.start()
+            assert not _core._cpu_trace_active()
+            assert hooks() == before
+            with pytest.raises(RuntimeError, match="not recording"):
+                failed.stop()
+    # The next Tracer starts as if nothing had happened, and so does the failed one.
+    for tracer in (trace.Tracer(device="cpu"), failed):
+        with tracer:
+            x = torch.empty(256, 1024)
+        assert tracer.result.max_mem("cpu") >= 1 << 20
+        del x
 
 
 def test_peak_tracer_functions_on_cpu(capsys):

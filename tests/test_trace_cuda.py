@@ -89,6 +89,31 @@ def test_a_users_history_setting_is_kept_and_their_history_too():
     assert not history_on()
 
 
+def test_a_start_that_fails_turns_the_history_back_off():
+    from memlab_rs._trace_tags import ModuleTagger
+
+    assert not history_on()
+    with ModuleTagger():  # another tagger is installed: the tracer's cannot be
+        failed = trace.Tracer(device="cuda", tag_modules=True)
+        with pytest.raises(RuntimeError, match="another ModuleTagger is installed"):
+            failed.start()
+        assert not history_on()
+    # A user's own history stays on through a failed start.
+    torch.cuda.memory._record_memory_history("all", context="alloc", stacks="python")
+    try:
+        with ModuleTagger():
+            with pytest.raises(RuntimeError, match="another ModuleTagger is installed"):
+                trace.Tracer(device="cuda", tag_modules=True).start()
+        assert history_on()
+    finally:
+        torch.cuda.memory._record_memory_history(None)
+    with failed:
+        x = torch.empty(4 * MiB, device="cuda")  # 16 MiB
+    assert failed.result.max_mem("cuda:0") >= 16 * MiB
+    assert not history_on()
+    del x
+
+
 def test_untraced_is_what_was_allocated_before():
     keep = torch.empty(3 * MiB, device="cuda")  # 12 MiB, allocated before tracing
     torch.cuda.synchronize()

@@ -6,9 +6,11 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
+from signal_alarms import alarms_into, spread
 
 import memlab_rs
 from memlab_rs import MemTracker
@@ -206,3 +208,13 @@ def test_no_reference_to_tensors_is_kept(tmp_path):
     del t
     assert ref() is None
     assert memlab_rs.MemTracker is MemTracker
+
+
+def test_a_timeout_raised_by_a_signal_handler_during_track_reaches_the_caller(tmp_path):
+    keep = [torch.empty(4) for _ in range(5_000)]
+    tracker = MemTracker(path=str(tmp_path) + "/", device="cpu")
+    start = time.perf_counter()
+    tracker.track()
+    raised, seen = alarms_into(tracker.track, spread(time.perf_counter() - start, 12))
+    assert raised > 0 and seen == raised
+    del keep

@@ -55,6 +55,7 @@ __all__ = [
     "_gc_watch_state",
     "_hook_errors",
     "_instances_of",
+    "_line_engine_table",
     "_monitor_csv_header",
     "_monitor_csv_row",
     "_monitor_data_ptrs",
@@ -315,6 +316,10 @@ def _cpu_trace_active() -> bool:
 
 def _run_inside_engine(callback: Callable[[], Any]) -> None:
     """Run ``callback`` with the line profiler's engine held (for tests)."""
+
+def _line_engine_table() -> tuple[int, int]:
+    """The line profiler engine's collector table: (slots, collectors alive in them), once
+    queued drops are retired (for tests)."""
 
 def _fork_prepare() -> None: ...
 def _fork_parent() -> None: ...

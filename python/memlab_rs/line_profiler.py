@@ -251,11 +251,18 @@ class LineProfiler:
 
     def enable(self) -> None:
         """Start profiling (does not reset or empty the CUDA allocator)."""
+        started = None
         if self._peak_live and self._tracer is None:
             from .trace import Tracer
 
-            self._tracer = Tracer(device=self.device, tag_modules=False).start()
-        self._collector.enable()
+            started = self._tracer = Tracer(device=self.device, tag_modules=False).start()
+        try:
+            self._collector.enable()
+        except BaseException:
+            if started is not None:  # an enable that fails leaves no recording behind
+                self._tracer = None
+                started.stop()
+            raise
 
     def disable(self) -> None:
         """Stop profiling; lines still running keep what they did so far. With

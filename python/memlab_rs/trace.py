@@ -20,6 +20,7 @@ import json
 import os
 import pickle
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -526,6 +527,17 @@ class Tracer:
             raise ValueError(f"max_entries={max_entries!r}: give a positive int")
         if tag_modules not in (True, False, "forward"):
             raise ValueError(f"tag_modules={tag_modules!r}: use True, False or 'forward'")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            got = (
+                f"the class {model.__name__}"
+                if isinstance(model, type)
+                else f"a {type(model).__name__}"
+            )
+            raise TypeError(
+                f"Tracer(model=...): model must be a torch.nn.Module instance or None (its "
+                f"module paths name the tags), got {got}; pass the model object itself, e.g. "
+                "Tracer(model=net, tag_modules=True)"
+            )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         key = device_key(device)
@@ -546,21 +558,33 @@ class Tracer:
         self._tagger: Any = None
 
     def start(self) -> Tracer:
+        """Start recording. A start that fails (another tagger installed, an interrupt)
+        undoes what it did: no recording, history setting or hook of it stays behind."""
         if self._running:
             raise RuntimeError("this Tracer is already recording; stop() it first")
-        if self.cuda:
-            from . import _cuda_history
+        undo: list[Callable[[], object]] = []
+        try:
+            if self.cuda:
+                from . import _cuda_history
 
-            _cuda_history.ensure_initialised()
-            self._we_enabled = not _cuda_history.history_enabled()
-            if self._we_enabled:
-                _cuda_history.enable(self.max_entries)
-            self._start = _cuda_history.start_layout()
-        else:
-            _core._cpu_trace_start(self.max_entries)
+                _cuda_history.ensure_initialised()
+                self._we_enabled = not _cuda_history.history_enabled()
+                if self._we_enabled:
+                    _cuda_history.enable(self.max_entries)
+                    undo.append(_cuda_history.disable)
+                self._start = _cuda_history.start_layout()
+            else:
+                _core._cpu_trace_start(self.max_entries)
+                undo.append(_core._cpu_trace_stop)
+            if self.tag_modules:
+                self._start_tagger()  # a tagger that fails to install removes itself
+        except BaseException:
+            self._tagger = None
+            self._we_enabled = False
+            for step in reversed(undo):
+                step()
+            raise
         self._running = True
-        if self.tag_modules:
-            self._start_tagger()
         return self
 
     def _start_tagger(self) -> None:

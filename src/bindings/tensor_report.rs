@@ -159,9 +159,11 @@ fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str, at: &s
 
 /// `repr(value)`, cut to 60 characters: a damaged file may hold a whole list there.
 fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    // Extracted, not `to_string()`: pyo3's Display swallows errors into stderr.
     let text = value
         .repr()
-        .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        .and_then(|r| r.extract::<String>())
+        .unwrap_or_else(|_| "?".to_owned());
     match text.char_indices().nth(60) {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text,

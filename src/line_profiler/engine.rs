@@ -62,8 +62,8 @@ pub struct Collector {
     pub enabled: bool,
     pub codes: Vec<Code>,
     threads: Vec<ThreadStack>,
-    /// Each `Delta` statistic summed over every sample since the collector was created,
-    /// whatever device it read then: lines take differences of it.
+    /// Each `Delta` statistic summed over every sample taken while the collector was
+    /// enabled, whatever device it read then: lines take differences of it.
     cumulative: Vec<i64>,
     /// The highest value of every statistic seen while enabled.
     pub session_peak: Vec<i64>,
@@ -116,12 +116,36 @@ pub enum Incident {
     Notice(String),
 }
 
+/// Which collector: its slot in the engine's table and that slot's generation when the
+/// collector was created. A dropped collector's slot is reused by the next one created, so
+/// the table is as long as the most profilers alive at once (not as every profiler ever
+/// made: each event walks the table). The generation tells the new collector from the
+/// dropped one: whatever still names the dropped one (a drop queued while the engine was
+/// busy, a `LineCollector` method racing its own drop) finds nothing, never the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollectorId {
+    slot: u32,
+    generation: u64,
+}
+
+/// One entry of the collector table.
+struct Slot {
+    /// Bumped each time the slot's collector is dropped; never wraps in practice (u64).
+    generation: u64,
+    collector: Option<Collector>,
+}
+
 #[derive(Default)]
 pub struct Engine {
-    collectors: Vec<Option<Collector>>,
+    slots: Vec<Slot>,
+    /// Slots whose collector was dropped, for the next collector created.
+    free: Vec<u32>,
+    /// The enabled collectors, in the order they were enabled: all that samples and
+    /// incidents visit, so a profiler kept alive but disabled costs an event nothing.
+    enabled: Vec<CollectorId>,
     sources: Vec<Source>,
     /// code object address -> (collector, code index) for enabled collectors.
-    watched: HashMap<usize, Vec<(usize, u32)>>,
+    watched: HashMap<usize, Vec<(CollectorId, u32)>>,
     /// Profiled CPU frames per thread, over all CPU collectors.
     cpu_depth: HashMap<u64, u32>,
 }
@@ -261,7 +285,7 @@ pub fn fork_child() {
 }
 
 impl Engine {
-    pub fn create(&mut self, device: Device) -> usize {
+    pub fn create(&mut self, device: Device) -> CollectorId {
         let collector = Collector {
             device,
             enabled: false,
@@ -276,26 +300,55 @@ impl Engine {
             notices: Vec::new(),
             cuda_notice_at_enable: None,
         };
-        self.collectors.push(Some(collector));
-        self.collectors.len() - 1
+        if let Some(slot) = self.free.pop() {
+            let entry = &mut self.slots[slot as usize];
+            entry.collector = Some(collector);
+            return CollectorId {
+                slot,
+                generation: entry.generation,
+            };
+        }
+        let slot = u32::try_from(self.slots.len()).expect("fewer than 2**32 profilers alive");
+        self.slots.push(Slot {
+            generation: 0,
+            collector: Some(collector),
+        });
+        CollectorId {
+            slot,
+            generation: 0,
+        }
     }
 
-    pub fn collector(&self, id: usize) -> PyResult<&Collector> {
-        self.collectors
-            .get(id)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("this profiler was dropped"))
+    /// The collector `id` names, if it was not dropped.
+    fn get(&self, id: CollectorId) -> Option<&Collector> {
+        live_slot(&self.slots, id)
     }
 
-    fn collector_mut(&mut self, id: usize) -> PyResult<&mut Collector> {
-        self.collectors
-            .get_mut(id)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("this profiler was dropped"))
+    fn get_mut(&mut self, id: CollectorId) -> Option<&mut Collector> {
+        live_slot_mut(&mut self.slots, id)
+    }
+
+    /// Every collector alive, with its id.
+    fn live(&self) -> impl Iterator<Item = (CollectorId, &Collector)> {
+        self.slots.iter().enumerate().filter_map(|(slot, entry)| {
+            let id = CollectorId {
+                slot: slot as u32,
+                generation: entry.generation,
+            };
+            entry.collector.as_ref().map(|c| (id, c))
+        })
+    }
+
+    pub fn collector(&self, id: CollectorId) -> PyResult<&Collector> {
+        self.get(id).ok_or_else(dropped_error)
+    }
+
+    fn collector_mut(&mut self, id: CollectorId) -> PyResult<&mut Collector> {
+        self.get_mut(id).ok_or_else(dropped_error)
     }
 
     /// Register a code object; returns its index and whether it is new.
-    pub fn add_code(&mut self, id: usize, code: Code) -> PyResult<(u32, bool)> {
+    pub fn add_code(&mut self, id: CollectorId, code: Code) -> PyResult<(u32, bool)> {
         let address = code.object.as_ptr() as usize;
         let collector = self.collector_mut(id)?;
         if let Some(i) = collector
@@ -314,7 +367,7 @@ impl Engine {
     }
 
     /// Start profiling: sample the source once so the first line starts from a baseline.
-    pub fn enable(&mut self, py: Python<'_>, id: usize) -> PyResult<()> {
+    pub fn enable(&mut self, py: Python<'_>, id: CollectorId) -> PyResult<()> {
         if self.collector(id)?.enabled {
             return Ok(());
         }
@@ -331,13 +384,13 @@ impl Engine {
             self.drop_unused_sources();
             return Err(error);
         }
-        let collector = self
-            .collectors
-            .get_mut(id)
-            .and_then(Option::as_mut)
-            .expect("checked above");
+        let collector = live_slot_mut(&mut self.slots, id).expect("checked above");
+        if let Some(source) = self.sources.iter().find(|s| s.device == device) {
+            fit_to_source(collector, source);
+        }
         collector.enabled = true;
         collector.cuda_notice_at_enable = cuda_notice(device);
+        self.enabled.push(id);
         for (index, code) in collector.codes.iter().enumerate() {
             let address = code.object.as_ptr() as usize;
             self.watched
@@ -349,7 +402,12 @@ impl Engine {
     }
 
     /// Stop profiling: lines still open are closed with what they did so far.
-    pub fn disable(&mut self, py: Python<'_>, id: usize, thread: u64) -> PyResult<Vec<Action>> {
+    pub fn disable(
+        &mut self,
+        py: Python<'_>,
+        id: CollectorId,
+        thread: u64,
+    ) -> PyResult<Vec<Action>> {
         if !self.collector(id)?.enabled {
             return Ok(Vec::new());
         }
@@ -360,10 +418,21 @@ impl Engine {
         }
         self.sample_all(py)?;
         self.gather_source_notices(id);
-        let source = self.source_index(device);
-        let collector = self.collector_mut(id)?;
+        Ok(self.stop_collecting(id, thread))
+    }
+
+    /// What disabling does once the last sample is taken, none of which can fail: the
+    /// collector's open lines close with the values of the last sample, its watch entries
+    /// go, and with them the sources nobody reads. Nothing for a collector not enabled.
+    fn stop_collecting(&mut self, id: CollectorId, thread: u64) -> Vec<Action> {
+        let Some(collector) = self.get_mut(id).filter(|c| c.enabled) else {
+            return Vec::new();
+        };
+        let device = collector.device;
         collector.enabled = false;
         let stacks = std::mem::take(&mut collector.threads);
+        self.enabled.retain(|&enabled| enabled != id);
+        let source = self.source_index(device);
         let mut actions = Vec::new();
         for mut stack in stacks {
             while !stack.frames.is_empty() {
@@ -381,12 +450,12 @@ impl Engine {
         }
         self.watched.retain(|_, entries| !entries.is_empty());
         self.drop_unused_sources();
-        Ok(actions)
+        actions
     }
 
     /// Forget every function and every row, and what the report would have said about
     /// them (the profiler stays enabled or not).
-    pub fn clear(&mut self, py: Python<'_>, id: usize, thread: u64) -> PyResult<Vec<Action>> {
+    pub fn clear(&mut self, py: Python<'_>, id: CollectorId, thread: u64) -> PyResult<Vec<Action>> {
         let was_enabled = self.collector(id)?.enabled;
         let actions = self.disable(py, id, thread)?;
         let collector = self.collector_mut(id)?;
@@ -412,13 +481,10 @@ impl Engine {
     ) -> PyResult<Vec<Action>> {
         self.sample_all(py)?;
         let mut actions = Vec::new();
-        for id in 0..self.collectors.len() {
-            let Some(Some(collector)) = self.collectors.get_mut(id) else {
+        for id in self.enabled.clone() {
+            let Some(collector) = self.get_mut(id) else {
                 continue;
             };
-            if !collector.enabled {
-                continue;
-            }
             collector.notices.push(notice.clone());
             let device = collector.device;
             let Some(at) = collector.threads.iter().position(|s| s.thread == thread) else {
@@ -440,18 +506,22 @@ impl Engine {
 
     /// Add `notice` to the report of every enabled collector.
     pub fn notice_enabled(&mut self, notice: String) {
-        for collector in self.collectors.iter_mut().flatten() {
-            if collector.enabled && !collector.notices.contains(&notice) {
-                collector.notices.push(notice.clone());
+        for &id in &self.enabled {
+            if let Some(collector) = live_slot_mut(&mut self.slots, id) {
+                if !collector.notices.contains(&notice) {
+                    collector.notices.push(notice.clone());
+                }
             }
         }
     }
 
     /// In a forked child: nothing enabled, no frame open, no source read.
     fn reset_after_fork(&mut self) {
-        for collector in self.collectors.iter_mut().flatten() {
-            collector.enabled = false;
-            collector.threads.clear();
+        for id in std::mem::take(&mut self.enabled) {
+            if let Some(collector) = live_slot_mut(&mut self.slots, id) {
+                collector.enabled = false;
+                collector.threads.clear();
+            }
         }
         self.watched.clear();
         self.sources.clear();
@@ -466,10 +536,10 @@ impl Engine {
         } else {
             Vec::new()
         };
-        for collector in self.collectors.iter_mut().flatten() {
-            if !collector.enabled {
+        for &id in &self.enabled {
+            let Some(collector) = live_slot_mut(&mut self.slots, id) else {
                 continue;
-            }
+            };
             collector.dropped += dropped;
             for incident in &incidents {
                 match incident {
@@ -487,7 +557,7 @@ impl Engine {
     /// the binding, when it happened while this collector read the device; the CPU source's
     /// fallback or a displaced allocator hook. Gathered when a report is built and when the
     /// collector stops reading the source, each line once.
-    pub fn gather_source_notices(&mut self, id: usize) {
+    pub fn gather_source_notices(&mut self, id: CollectorId) {
         let mut lines: Vec<String> = Vec::new();
         if let Ok(collector) = self.collector(id) {
             let notice = cuda_notice(collector.device);
@@ -509,17 +579,29 @@ impl Engine {
         }
     }
 
-    pub fn drop_collector(&mut self, py: Python<'_>, id: usize, thread: u64) -> Vec<Action> {
-        let actions = self.disable(py, id, thread).unwrap_or_default();
-        if let Some(slot) = self.collectors.get_mut(id) {
-            *slot = None;
+    /// Retire a dropped collector and free its slot for the next one. Its lines close with
+    /// a last sample when the source can be read; if not, with the values of the sample
+    /// before: either way nothing of it stays behind (no watch entry, no open frame, no
+    /// CPU tracking), since a later collector in its slot must not inherit any of it.
+    /// Nothing for a collector dropped already.
+    pub fn drop_collector(&mut self, py: Python<'_>, id: CollectorId, thread: u64) -> Vec<Action> {
+        if self.get(id).is_none() {
+            return Vec::new();
         }
+        let actions = match self.disable(py, id, thread) {
+            Ok(actions) => actions,
+            Err(_) => self.stop_collecting(id, thread),
+        };
+        let entry = &mut self.slots[id.slot as usize];
+        entry.collector = None;
+        entry.generation += 1;
+        self.free.push(id.slot);
         actions
     }
 
     /// Point a collector at another device. Its open lines keep what they saw so far; the
     /// new device is read from a fresh baseline.
-    pub fn set_device(&mut self, py: Python<'_>, id: usize, device: Device) -> PyResult<()> {
+    pub fn set_device(&mut self, py: Python<'_>, id: CollectorId, device: Device) -> PyResult<()> {
         let collector = self.collector(id)?;
         if collector.device == device {
             return Ok(());
@@ -543,13 +625,18 @@ impl Engine {
     }
 
     /// How the source of a collector reads its statistics, while it is enabled.
-    pub fn reader(&self, id: usize) -> Option<&'static str> {
+    pub fn reader(&self, id: CollectorId) -> Option<&'static str> {
         let device = self.collector(id).ok()?.device;
         Some(self.sources[self.source_index(device)?].reader())
     }
 
+    /// (slots in the collector table, collectors alive in them).
+    pub fn table(&self) -> (usize, usize) {
+        (self.slots.len(), self.live().count())
+    }
+
     pub fn any_enabled(&self) -> bool {
-        self.collectors.iter().flatten().any(|c| c.enabled)
+        !self.enabled.is_empty()
     }
 
     /// Addresses of the code objects some enabled collector watches.
@@ -564,7 +651,7 @@ impl Engine {
         let mut out = Vec::new();
         for entries in self.watched.values() {
             if let Some(&(id, index)) = entries.first() {
-                if let Some(Some(collector)) = self.collectors.get(id) {
+                if let Some(collector) = self.get(id) {
                     out.push(collector.codes[index as usize].object.clone_ref(py));
                 }
             }
@@ -595,14 +682,14 @@ impl Engine {
     fn handle(
         &mut self,
         py: Python<'_>,
-        targets: &[(usize, u32)],
+        targets: &[(CollectorId, u32)],
         event: Event,
         thread: u64,
     ) -> PyResult<Vec<Action>> {
         self.sample_all(py)?;
         let mut actions = Vec::new();
         for &(id, code) in targets {
-            let Some(Some(collector)) = self.collectors.get(id) else {
+            let Some(collector) = self.get(id) else {
                 continue;
             };
             let Some(source) = self.source_index(collector.device) else {
@@ -626,9 +713,16 @@ impl Engine {
         Ok(actions)
     }
 
-    fn apply(&mut self, id: usize, source: usize, code: u32, event: Event, thread: u64) -> Depth {
+    fn apply(
+        &mut self,
+        id: CollectorId,
+        source: usize,
+        code: u32,
+        event: Event,
+        thread: u64,
+    ) -> Depth {
         let src = &self.sources[source];
-        let Some(Some(collector)) = self.collectors.get_mut(id) else {
+        let Some(collector) = live_slot_mut(&mut self.slots, id) else {
             return Depth::Same;
         };
         let stack_at = match collector.threads.iter().position(|s| s.thread == thread) {
@@ -698,9 +792,9 @@ impl Engine {
         }
     }
 
-    fn pop_frame(&mut self, id: usize, source: usize, stack: &mut ThreadStack) {
+    fn pop_frame(&mut self, id: CollectorId, source: usize, stack: &mut ThreadStack) {
         let src = &self.sources[source];
-        if let Some(Some(collector)) = self.collectors.get_mut(id) {
+        if let Some(collector) = live_slot_mut(&mut self.slots, id) {
             pop_frame_of(collector, src, stack);
         }
     }
@@ -742,10 +836,9 @@ impl Engine {
 
     fn drop_unused_sources(&mut self) {
         let used: Vec<Device> = self
-            .collectors
+            .enabled
             .iter()
-            .flatten()
-            .filter(|c| c.enabled)
+            .filter_map(|&id| self.get(id))
             .map(|c| c.device)
             .collect();
         // A source coming back into use starts from a fresh baseline: what happened while
@@ -753,24 +846,21 @@ impl Engine {
         self.sources.retain(|s| used.contains(&s.device));
     }
 
-    /// Sample every source in use and hand each sample to the collectors reading it: their
+    /// Sample every source in use and hand each sample to the enabled collectors reading it
+    /// (a disabled one has no open line and sees no peak): their
     /// cumulative counters grow, and every open innermost line sees the peaks.
     fn sample_all(&mut self, py: Python<'_>) -> PyResult<()> {
         for source in &mut self.sources {
             source.sample(py)?;
         }
-        for collector in self.collectors.iter_mut().flatten() {
+        for &id in &self.enabled {
+            let Some(collector) = live_slot_mut(&mut self.slots, id) else {
+                continue;
+            };
             let Some(source) = self.sources.iter().find(|s| s.device == collector.device) else {
                 continue;
             };
-            let n = source.layout.len();
-            if collector.cumulative.len() < n {
-                collector.cumulative.resize(n, 0);
-                collector.session_peak.resize(n, 0);
-            }
-            if collector.names.len() != n {
-                collector.names = source.layout.names.clone();
-            }
+            fit_to_source(collector, source);
             for (total, growth) in collector.cumulative.iter_mut().zip(&source.growth) {
                 *total += growth;
             }
@@ -788,6 +878,38 @@ impl Engine {
             source.reset_peaks(py)?;
         }
         Ok(())
+    }
+}
+
+fn dropped_error() -> PyErr {
+    pyo3::exceptions::PyValueError::new_err("this profiler was dropped")
+}
+
+fn live_slot(slots: &[Slot], id: CollectorId) -> Option<&Collector> {
+    slots
+        .get(id.slot as usize)
+        .filter(|entry| entry.generation == id.generation)
+        .and_then(|entry| entry.collector.as_ref())
+}
+
+/// A free function rather than a method: callers borrow `sources` beside it.
+fn live_slot_mut(slots: &mut [Slot], id: CollectorId) -> Option<&mut Collector> {
+    slots
+        .get_mut(id.slot as usize)
+        .filter(|entry| entry.generation == id.generation)
+        .and_then(|entry| entry.collector.as_mut())
+}
+
+/// Size a collector's counters and names to its source's layout (a CUDA layout grows once
+/// CUDA is initialised).
+fn fit_to_source(collector: &mut Collector, source: &Source) {
+    let n = source.layout.len();
+    if collector.cumulative.len() < n {
+        collector.cumulative.resize(n, 0);
+        collector.session_peak.resize(n, 0);
+    }
+    if collector.names.len() != n {
+        collector.names = source.layout.names.clone();
     }
 }
 

@@ -109,7 +109,7 @@ pub fn flatten_names(stats: &Bound<'_, PyDict>) -> PyResult<Vec<String>> {
 
 fn collect_names(dict: &Bound<'_, PyDict>, prefix: &str, names: &mut Vec<String>) -> PyResult<()> {
     for (key, value) in dict.iter() {
-        let name = format!("{prefix}{}", key.str()?);
+        let name = format!("{prefix}{}", crate::interrupts::text(&key)?);
         match value.cast::<PyDict>() {
             Ok(inner) => collect_names(inner, &format!("{name}."), names)?,
             Err(_) => names.push(name),

@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::stats::cpu::COUNTERS as CPU;
-use engine::{try_with_engine, with_engine, Code};
+use engine::{try_with_engine, with_engine, Code, CollectorId};
 use hooks::{run_actions, sync_locked, thread_id};
 use source::Device;
 
@@ -46,7 +46,7 @@ fn parse_device(device: &str) -> PyResult<Device> {
 /// A line profiler's handle on the engine (the Python `LineProfiler` owns one).
 #[pyclass(module = "memlab_rs._core")]
 pub struct LineCollector {
-    id: usize,
+    id: CollectorId,
 }
 
 #[pymethods]
@@ -54,6 +54,7 @@ impl LineCollector {
     #[new]
     fn new(py: Python<'_>, device: &str) -> PyResult<Self> {
         let device = parse_device(device)?;
+        retire_dropped(py)?; // their slots first: the new collector takes one of them
         Ok(Self {
             id: with_engine(py, |engine| Ok(engine.create(device)))?,
         })
@@ -223,7 +224,7 @@ impl LineCollector {
 
 /// Collectors dropped while they could not be retired at once (see `Drop`), and whether
 /// there are any. A leaf lock.
-static DROPPED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+static DROPPED: std::sync::Mutex<Vec<CollectorId>> = std::sync::Mutex::new(Vec::new());
 static DROPPED_ANY: AtomicBool = AtomicBool::new(false);
 
 impl Drop for LineCollector {
@@ -282,7 +283,7 @@ pub fn retire_dropped_if_free(py: Python<'_>) {
 
 type Retired = (Vec<engine::Action>, PyResult<()>);
 
-fn retire(py: Python<'_>, engine: &mut engine::Engine, ids: &[usize]) -> Retired {
+fn retire(py: Python<'_>, engine: &mut engine::Engine, ids: &[CollectorId]) -> Retired {
     let mut actions = Vec::new();
     for &id in ids {
         actions.extend(engine.drop_collector(py, id, thread_id()));
@@ -291,7 +292,11 @@ fn retire(py: Python<'_>, engine: &mut engine::Engine, ids: &[usize]) -> Retired
 }
 
 /// Run what retiring left to do, or queue the ids again when the engine was busy.
-fn finish_retiring(py: Python<'_>, ids: Vec<usize>, retired: Option<Retired>) -> PyResult<()> {
+fn finish_retiring(
+    py: Python<'_>,
+    ids: Vec<CollectorId>,
+    retired: Option<Retired>,
+) -> PyResult<()> {
     match retired {
         Some((actions, synced)) => {
             run_actions(py, actions);
@@ -362,11 +367,21 @@ pub fn _run_inside_engine(py: Python<'_>, callback: &Bound<'_, PyAny>) -> PyResu
     with_engine(py, |_| callback.call0().map(drop))
 }
 
+/// The engine's collector table as (slots, collectors alive in them), once the drops
+/// queued while the engine was busy are retired. For tests: the table is as long as the
+/// most profilers alive at once, however many were made and dropped.
+#[pyfunction]
+pub fn _line_engine_table(py: Python<'_>) -> PyResult<(usize, usize)> {
+    retire_dropped(py)?;
+    with_engine(py, |engine| Ok(engine.table()))
+}
+
 /// Register what this module adds to `memlab_rs._core` beyond the collector's basics, and
 /// the at-fork handlers.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<tracing::ThreadTracer>()?;
     module.add_function(wrap_pyfunction!(_run_inside_engine, module)?)?;
+    module.add_function(wrap_pyfunction!(_line_engine_table, module)?)?;
     module.add_function(wrap_pyfunction!(fork::_fork_prepare, module)?)?;
     module.add_function(wrap_pyfunction!(fork::_fork_parent, module)?)?;
     module.add_function(wrap_pyfunction!(fork::_fork_child, module)?)?;

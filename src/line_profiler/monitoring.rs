@@ -98,7 +98,7 @@ fn claim_tool(
             tool = Some(id);
             break;
         }
-        holders.push(format!("{id} by {}", holder.repr()?));
+        holders.push(format!("{id} by {}", holder.repr()?.extract::<String>()?));
     }
     let tool = tool.ok_or_else(|| {
         PyRuntimeError::new_err(format!(

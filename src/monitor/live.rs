@@ -12,6 +12,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::saved::{storage, SavedTensorHooks};
+use crate::interrupts::Interruptible;
 
 /// The monitor's known tensors on one device.
 #[pyclass(module = "memlab_rs._core")]
@@ -89,21 +90,25 @@ impl MonitorTensors {
     }
 
     /// Parameter gradients now: (bytes of the distinct gradient storages on the device,
-    /// parameters' storages excluded; each row's gradient bytes, any device).
-    fn gradients(&self, py: Python<'_>) -> (i64, Vec<i64>) {
+    /// parameters' storages excluded; each row's gradient bytes, any device). Raises only
+    /// what interrupts it (a signal handler's exception: see `interrupts`).
+    fn gradients(&self, py: Python<'_>) -> PyResult<(i64, Vec<i64>)> {
         let mut per_row = vec![0i64; self.rows];
         let mut row_seen: HashSet<(usize, i64)> = HashSet::new();
         let mut on_device: HashSet<i64> = HashSet::new();
         let mut total = 0;
+        let mut interrupts = Interruptible::new();
         for ((p, row), &here) in self.params.iter().zip(&self.on_device) {
-            let Ok(g) = p.bind(py).getattr(intern!(py, "grad")) else {
+            interrupts.check(py)?;
+            let grad = p.bind(py).getattr(intern!(py, "grad"));
+            let Some(g) = interrupts.item(py, grad)? else {
                 continue;
             };
             if g.is_none() {
                 continue;
             }
             // A gradient without a storage of its own (sparse, subclass) is skipped.
-            let Some((ptr, nbytes)) = storage(py, &g) else {
+            let Some((ptr, nbytes)) = storage(py, &g, &mut interrupts)? else {
                 continue;
             };
             if row_seen.insert((*row, ptr)) {
@@ -115,7 +120,7 @@ impl MonitorTensors {
             }
         }
         *self.grad_ptrs.lock().unwrap_or_else(|e| e.into_inner()) = on_device;
-        (total, per_row)
+        Ok((total, per_row))
     }
 
     /// Parameter, buffer and gradient storages (as of the last `gradients()`).
@@ -125,8 +130,8 @@ impl MonitorTensors {
     }
 
     /// Bytes of the distinct saved storages still held, known categories excluded.
-    fn activations(&self, py: Python<'_>, hooks: &SavedTensorHooks) -> i64 {
-        hooks.held_bytes(py, self.device, &self.known()).0
+    fn activations(&self, py: Python<'_>, hooks: &SavedTensorHooks) -> PyResult<i64> {
+        Ok(hooks.held_bytes(py, self.device, &self.known())?.0)
     }
 
     /// The same bytes by the module that saved each storage first, in first-seen order
@@ -137,7 +142,7 @@ impl MonitorTensors {
         hooks: &SavedTensorHooks,
         outside: &str,
     ) -> PyResult<Vec<(String, i64)>> {
-        let (_, groups) = hooks.held_bytes(py, self.device, &self.known());
+        let (_, groups) = hooks.held_bytes(py, self.device, &self.known())?;
         let mut out: IndexMap<String, i64> = IndexMap::new();
         for (module, nbytes) in groups {
             let name = match module {

@@ -26,6 +26,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
+use crate::interrupts::Interruptible;
+
 struct Slot {
     /// What autograd holds through the `SavedHeld`.
     packed: Py<PyAny>,
@@ -56,23 +58,35 @@ pub struct SavedTensorHooks {
 
 /// (storage address, bytes) of a tensor's storage, the address 0 for one without memory
 /// (meta); None when it has no storage of its own (sparse, nested, wrapper subclasses).
-pub fn storage(py: Python<'_>, t: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
-    let s = t.call_method0(intern!(py, "untyped_storage")).ok()?;
-    let read = |name| s.call_method0(name).and_then(|v| v.extract::<i64>()).ok();
-    Some((read(intern!(py, "data_ptr"))?, read(intern!(py, "nbytes"))?))
+/// Err only for what interrupts the caller's loop (a signal handler's exception).
+pub fn storage(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    interrupts: &mut Interruptible,
+) -> PyResult<Option<(i64, i64)>> {
+    let read = || -> PyResult<(i64, i64)> {
+        let s = t.call_method0(intern!(py, "untyped_storage"))?;
+        let read = |name| s.call_method0(name).and_then(|v| v.extract::<i64>());
+        Ok((read(intern!(py, "data_ptr"))?, read(intern!(py, "nbytes"))?))
+    };
+    interrupts.item(py, read())
 }
 
 /// (storage address, bytes) of a tensor on device `device` (-1: CPU), None when it is
 /// elsewhere, has no memory, or has no storage of its own.
-fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64, i64)> {
+fn storage_of(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    device: i64,
+    interrupts: &mut Interruptible,
+) -> PyResult<Option<(i64, i64)>> {
     let on = t
         .call_method0(intern!(py, "get_device"))
-        .and_then(|d| d.extract::<i64>())
-        .ok()?;
-    if on != device {
-        return None;
+        .and_then(|d| d.extract::<i64>());
+    if interrupts.item(py, on)? != Some(device) {
+        return Ok(None);
     }
-    storage(py, t).filter(|&(ptr, _)| ptr != 0)
+    Ok(storage(py, t, interrupts)?.filter(|&(ptr, _)| ptr != 0))
 }
 
 /// (the module label that saved a storage first, or None; the storage's bytes).
@@ -104,18 +118,22 @@ impl SavedTensorHooks {
     }
 
     /// Bytes of the distinct storages held, less `known`; with `by_module`, per module
-    /// (each storage under the module that saved it first).
+    /// (each storage under the module that saved it first). Err only for what interrupts
+    /// the loop (a signal handler's exception: see `interrupts`).
     pub fn held_bytes(
         &self,
         py: Python<'_>,
         device: i64,
         known: &HashSet<i64>,
-    ) -> (i64, Vec<ModuleBytes>) {
+    ) -> PyResult<(i64, Vec<ModuleBytes>)> {
         let mut seen: HashMap<i64, usize> = HashMap::new();
         let mut groups: Vec<ModuleBytes> = Vec::new();
         let mut total = 0;
+        let mut interrupts = Interruptible::new();
         for slot in self.alive() {
-            let Some((ptr, nbytes)) = storage_of(py, slot.packed.bind(py), device) else {
+            interrupts.check(py)?;
+            let packed = slot.packed.bind(py);
+            let Some((ptr, nbytes)) = storage_of(py, packed, device, &mut interrupts)? else {
                 continue;
             };
             if known.contains(&ptr) || seen.contains_key(&ptr) {
@@ -125,7 +143,7 @@ impl SavedTensorHooks {
             total += nbytes;
             groups.push((slot.module.as_ref().map(|m| m.clone_ref(py)), nbytes));
         }
-        (total, groups)
+        Ok((total, groups))
     }
 }
 

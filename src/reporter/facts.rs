@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use super::records::{StorageFacts, TensorFacts};
+use crate::interrupts::{text, Interruptible};
 
 /// The torch objects the collector compares against, looked up once per report.
 pub struct TorchHandles<'py> {
@@ -39,10 +40,15 @@ impl<'py> TorchHandles<'py> {
     }
 }
 
+/// A wrapper tensor's inner tensors, each with its attribute name.
+type Parts<'py> = Vec<(String, Bound<'py, PyAny>)>;
+
 /// Reads tensor facts, caching the strings of dtypes (singletons in torch).
 pub struct FactReader<'py> {
     handles: TorchHandles<'py>,
     dtype_names: HashMap<usize, String>,
+    /// Which errors are a tensor's own and which interrupt the walk (see `interrupts`).
+    interrupts: Interruptible,
 }
 
 impl<'py> FactReader<'py> {
@@ -50,6 +56,7 @@ impl<'py> FactReader<'py> {
         Self {
             handles,
             dtype_names: HashMap::new(),
+            interrupts: Interruptible::new(),
         }
     }
 
@@ -57,11 +64,31 @@ impl<'py> FactReader<'py> {
         &self.handles
     }
 
-    /// Facts for `tensor` named `name`, appended to `out`. Never fails: what cannot be read
-    /// is reported as unknown rather than aborting the whole report.
-    pub fn read(&mut self, tensor: &Bound<'py, PyAny>, name: String, out: &mut Vec<TensorFacts>) {
+    /// Between two tensors: run the handlers of signals that arrived meanwhile (their
+    /// exception ends the report, see `interrupts`).
+    pub fn check(&self, py: Python<'py>) -> PyResult<()> {
+        self.interrupts.check(py)
+    }
+
+    /// The value of one read of a tensor; None when the tensor cannot answer (it is
+    /// reported as unknown); Err when the error interrupts the report (a signal handler's
+    /// exception, KeyboardInterrupt: see `interrupts`).
+    pub fn own<T>(&mut self, py: Python<'py>, read: PyResult<T>) -> PyResult<Option<T>> {
+        self.interrupts.item(py, read)
+    }
+
+    /// Facts for `tensor` named `name`, appended to `out`. What the tensor cannot say is
+    /// reported as unknown rather than aborting the whole report; Err only for what
+    /// interrupts it (checked first, between tensors: signals that arrived meanwhile).
+    pub fn read(
+        &mut self,
+        tensor: &Bound<'py, PyAny>,
+        name: String,
+        out: &mut Vec<TensorFacts>,
+    ) -> PyResult<()> {
         let py = tensor.py();
-        let layout = tensor.getattr(intern!(py, "layout")).ok();
+        self.interrupts.check(py)?;
+        let layout = self.own(py, tensor.getattr(intern!(py, "layout")))?;
         let parts: &[(&str, &str)] = match layout {
             Some(l) if l.is(&self.handles.strided) => &[],
             Some(l) if l.is(&self.handles.sparse_coo) => {
@@ -81,120 +108,135 @@ impl<'py> FactReader<'py> {
         };
         if !parts.is_empty() {
             for (label, method) in parts {
-                if let Ok(part) = tensor.call_method0(*method) {
-                    out.push(self.read_dense(&part, format!("{name}.{label}")));
+                if let Some(part) = self.own(py, tensor.call_method0(*method))? {
+                    let facts = self.read_dense(&part, format!("{name}.{label}"))?;
+                    out.push(facts);
                 }
             }
-        } else if let Some(inner) = wrapped_tensors(tensor) {
+        } else if let Some(inner) = self.wrapped_tensors(tensor)? {
             // A wrapper subclass (NestedTensor, DTensor, ...) owns no memory itself: its
             // inner tensors do, and they are reported (and deduplicated) as its parts.
             for (label, part) in inner {
-                self.read(&part, format!("{name}.{label}"), out);
+                self.read(&part, format!("{name}.{label}"), out)?;
             }
         } else {
-            out.push(self.read_dense(tensor, name));
+            let facts = self.read_dense(tensor, name)?;
+            out.push(facts);
         }
+        Ok(())
     }
 
-    fn read_dense(&mut self, tensor: &Bound<'py, PyAny>, name: String) -> TensorFacts {
+    fn read_dense(&mut self, tensor: &Bound<'py, PyAny>, name: String) -> PyResult<TensorFacts> {
         let py = tensor.py();
-        let device = tensor
-            .getattr(intern!(py, "device"))
-            .and_then(|d| d.str().map(|s| s.to_string()))
-            .unwrap_or_else(|_| "unknown".to_owned());
-        let dtype = self.dtype_name(tensor);
-        let shape = tensor.getattr(intern!(py, "shape")).ok();
-        let dims: Option<Vec<i64>> = shape.as_ref().and_then(|s| s.extract().ok());
+        let device = self
+            .own(
+                py,
+                tensor.getattr(intern!(py, "device")).and_then(|d| text(&d)),
+            )?
+            .unwrap_or_else(|| "unknown".to_owned());
+        let dtype = self.dtype_name(tensor)?;
+        let shape = self.own(py, tensor.getattr(intern!(py, "shape")))?;
+        let dims: Option<Vec<i64>> = match &shape {
+            Some(shape) => self.own(py, shape.extract())?,
+            None => None,
+        };
         let shape_text = match (&dims, &shape) {
             (Some(dims), _) => tuple_text(dims),
             // Symbolic sizes: Python's own str of the tuple, as pytorch_memlab prints it.
-            (None, Some(shape)) => py
-                .get_type::<PyTuple>()
-                .call1((shape,))
-                .and_then(|t| t.str().map(|s| s.to_string()))
-                .unwrap_or_else(|_| "?".to_owned()),
+            (None, Some(shape)) => {
+                let as_tuple = py.get_type::<PyTuple>().call1((shape,));
+                self.own(py, as_tuple.and_then(|t| text(&t)))?
+                    .unwrap_or_else(|| "?".to_owned())
+            }
             // A strided nested tensor has no single shape: say how many tensors it nests.
-            (None, None) => tensor
-                .call_method1(intern!(py, "size"), (0,))
-                .and_then(|n| n.extract::<i64>())
-                .map_or_else(|_| "?".to_owned(), |n| format!("nested({n})")),
+            (None, None) => {
+                let size = tensor.call_method1(intern!(py, "size"), (0,));
+                self.own(py, size.and_then(|n| n.extract::<i64>()))?
+                    .map_or_else(|| "?".to_owned(), |n| format!("nested({n})"))
+            }
         };
         let numel = match &dims {
             Some(dims) => dims.iter().product::<i64>().max(0) as u64,
             // Nested and symbolic tensors have no plain sizes; ask torch.
-            None => tensor
-                .call_method0(intern!(py, "numel"))
-                .and_then(|n| n.extract::<u64>())
-                .unwrap_or(0),
+            None => {
+                let numel = tensor.call_method0(intern!(py, "numel"));
+                self.own(py, numel.and_then(|n| n.extract::<u64>()))?
+                    .unwrap_or(0)
+            }
         };
-        TensorFacts {
+        let storage = self.storage_facts(tensor)?;
+        Ok(TensorFacts {
             name,
             device,
             dims,
             shape_text,
             dtype,
             numel,
-            storage: storage_facts(tensor),
-        }
+            storage,
+        })
     }
 
-    fn dtype_name(&mut self, tensor: &Bound<'py, PyAny>) -> String {
-        let Ok(dtype) = tensor.getattr(intern!(tensor.py(), "dtype")) else {
-            return "unknown".to_owned();
+    fn dtype_name(&mut self, tensor: &Bound<'py, PyAny>) -> PyResult<String> {
+        let py = tensor.py();
+        let Some(dtype) = self.own(py, tensor.getattr(intern!(py, "dtype")))? else {
+            return Ok("unknown".to_owned());
         };
         let key = dtype.as_ptr() as usize;
         if let Some(name) = self.dtype_names.get(&key) {
-            return name.clone();
+            return Ok(name.clone());
         }
-        let name = dtype
-            .str()
-            .map(|s| s.to_string())
-            .unwrap_or_else(|_| "unknown".to_owned());
+        let name = self
+            .own(py, text(&dtype))?
+            .unwrap_or_else(|| "unknown".to_owned());
         self.dtype_names.insert(key, name.clone());
-        name
+        Ok(name)
     }
-}
 
-/// The inner tensors of a traceable wrapper subclass, from `__tensor_flatten__`; None for
-/// tensors that hold their own storage.
-fn wrapped_tensors<'py>(tensor: &Bound<'py, PyAny>) -> Option<Vec<(String, Bound<'py, PyAny>)>> {
-    let py = tensor.py();
-    let flatten = intern!(py, "__tensor_flatten__");
-    if !tensor.get_type().hasattr(flatten).unwrap_or(false) {
-        return None;
+    /// The inner tensors of a traceable wrapper subclass, from `__tensor_flatten__`; None
+    /// for tensors that hold their own storage.
+    fn wrapped_tensors(&mut self, tensor: &Bound<'py, PyAny>) -> PyResult<Option<Parts<'py>>> {
+        let py = tensor.py();
+        let flatten = intern!(py, "__tensor_flatten__");
+        if self.own(py, tensor.get_type().hasattr(flatten))? != Some(true) {
+            return Ok(None);
+        }
+        let flattened = tensor
+            .call_method0(flatten)
+            .and_then(|f| f.extract::<(Vec<String>, Bound<'py, PyAny>)>());
+        let Some((attrs, _context)) = self.own(py, flattened)? else {
+            return Ok(None);
+        };
+        let mut parts = Vec::with_capacity(attrs.len());
+        for attr in attrs {
+            if let Some(part) = self.own(py, tensor.getattr(attr.as_str()))? {
+                parts.push((attr, part));
+            }
+        }
+        Ok(Some(parts))
     }
-    let (attrs, _context): (Vec<String>, Bound<'py, PyAny>) =
-        tensor.call_method0(flatten).ok()?.extract().ok()?;
-    let parts = attrs
-        .into_iter()
-        .filter_map(|attr| tensor.getattr(attr.as_str()).ok().map(|t| (attr, t)))
-        .collect();
-    Some(parts)
-}
 
-/// The storage behind a tensor, or None for tensors without one (wrapper subclasses).
-fn storage_facts(tensor: &Bound<'_, PyAny>) -> Option<StorageFacts> {
-    let py = tensor.py();
-    let storage = tensor.call_method0(intern!(py, "untyped_storage")).ok()?;
-    let key = storage
-        .getattr(intern!(py, "_cdata"))
-        .ok()?
-        .extract()
-        .ok()?;
-    let nbytes = storage
-        .call_method0(intern!(py, "nbytes"))
-        .ok()?
-        .extract()
-        .ok()?;
-    let data_ptr: usize = storage
-        .call_method0(intern!(py, "data_ptr"))
-        .and_then(|p| p.extract())
-        .unwrap_or(0);
-    Some(StorageFacts {
-        key,
-        nbytes,
-        has_memory: data_ptr != 0,
-    })
+    /// The storage behind a tensor, or None for tensors without one (wrapper subclasses).
+    fn storage_facts(&mut self, tensor: &Bound<'py, PyAny>) -> PyResult<Option<StorageFacts>> {
+        let py = tensor.py();
+        let read = || -> PyResult<(usize, u64, Bound<'py, PyAny>)> {
+            let storage = tensor.call_method0(intern!(py, "untyped_storage"))?;
+            let key = storage.getattr(intern!(py, "_cdata"))?.extract()?;
+            let nbytes = storage.call_method0(intern!(py, "nbytes"))?.extract()?;
+            Ok((key, nbytes, storage))
+        };
+        let Some((key, nbytes, storage)) = self.own(py, read())? else {
+            return Ok(None);
+        };
+        let data_ptr = storage
+            .call_method0(intern!(py, "data_ptr"))
+            .and_then(|p| p.extract::<usize>());
+        let data_ptr = self.own(py, data_ptr)?.unwrap_or(0);
+        Ok(Some(StorageFacts {
+            key,
+            nbytes,
+            has_memory: data_ptr != 0,
+        }))
+    }
 }
 
 /// Python's `str(tuple(sizes))`, with pytorch_memlab's `(1,)` for a scalar.

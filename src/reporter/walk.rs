@@ -66,7 +66,8 @@ pub fn collect_facts<'py>(
     let mut grads: HashMap<usize, Bound<'py, PyAny>> = HashMap::new();
     let mut grad_ptrs: HashSet<usize> = HashSet::new();
     for (tensor, _) in &order {
-        if let Some(grad) = leaf_grad(tensor) {
+        reader.check(py)?;
+        if let Some(grad) = leaf_grad(reader, tensor)? {
             grad_ptrs.insert(grad.as_ptr() as usize);
             grads.insert(tensor.as_ptr() as usize, grad);
         }
@@ -82,16 +83,17 @@ pub fn collect_facts<'py>(
         let name = match name {
             Some(name) => name.clone(),
             None => {
-                let type_name = tensor.get_type().name()?.to_string();
+                // Extracted, not `to_string()`: pyo3's Display swallows errors.
+                let type_name: String = tensor.get_type().name()?.extract()?;
                 numbered += 1;
                 format!("{type_name}{}", numbered - 1)
             }
         };
         if let Some(grad) = grads.get(&ptr) {
-            reader.read(tensor, name.clone(), &mut facts);
-            reader.read(grad, format!("{name}.grad"), &mut facts);
+            reader.read(tensor, name.clone(), &mut facts)?;
+            reader.read(grad, format!("{name}.grad"), &mut facts)?;
         } else {
-            reader.read(tensor, name, &mut facts);
+            reader.read(tensor, name, &mut facts)?;
         }
     }
     let stats = WalkStats {
@@ -105,16 +107,18 @@ pub fn collect_facts<'py>(
 }
 
 /// `tensor.grad` for leaf tensors that have one. Non-leaf tensors are skipped: reading
-/// their `.grad` makes torch warn.
-fn leaf_grad<'py>(tensor: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+/// their `.grad` makes torch warn. Err only for what interrupts the report.
+fn leaf_grad<'py>(
+    reader: &mut FactReader<'py>,
+    tensor: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = tensor.py();
     let is_leaf = tensor
         .getattr(intern!(py, "is_leaf"))
-        .and_then(|v| v.extract::<bool>())
-        .unwrap_or(false);
-    if !is_leaf {
-        return None;
+        .and_then(|v| v.extract::<bool>());
+    if reader.own(py, is_leaf)? != Some(true) {
+        return Ok(None);
     }
-    let grad = tensor.getattr(intern!(py, "grad")).ok()?;
-    (!grad.is_none()).then_some(grad)
+    let grad = reader.own(py, tensor.getattr(intern!(py, "grad")))?;
+    Ok(grad.filter(|grad| !grad.is_none()))
 }

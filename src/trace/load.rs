@@ -11,6 +11,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use super::model::{Action, Event, IntMap, Source, Trace, NONE};
 use super::parts::{bad, Doc, Parts};
+use crate::interrupts::text;
 
 fn int(item: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<Option<i128>> {
     match item.get_item(key)? {
@@ -59,12 +60,13 @@ impl<'py> Loader<'py> {
                         .map_err(|_| bad("a frame is not a dict"))?;
                     let py = self.py;
                     let get = |k: &Bound<'py, PyString>| dict.get_item(k);
+                    // `text`, not `to_string()`: pyo3's Display swallows errors.
                     let filename = get(intern!(py, "filename"))?
-                        .map(|v| v.str().map(|s| s.to_string()))
+                        .map(|v| text(&v))
                         .transpose()?
                         .unwrap_or_default();
                     let name = get(intern!(py, "name"))?
-                        .map(|v| v.str().map(|s| s.to_string()))
+                        .map(|v| text(&v))
                         .transpose()?
                         .unwrap_or_default();
                     let line = get(intern!(py, "line"))?

@@ -80,14 +80,15 @@ impl TrackerCore {
             let kind = match kinds.get(&kind_ptr) {
                 Some(k) => k.clone(),
                 None => {
-                    let k = tensor.get_type().str()?.to_string();
+                    // Extracted, not `to_string()`: pyo3's Display swallows errors.
+                    let k = crate::interrupts::text(tensor.get_type().as_any())?;
                     kinds.insert(kind_ptr, k.clone());
                     k
                 }
             };
             let name = names.get(&(tensor.as_ptr() as usize)).cloned();
             facts.clear();
-            reader.read(tensor, String::new(), &mut facts);
+            reader.read(tensor, String::new(), &mut facts)?;
             let Some(first) = facts.first() else { continue };
             if first.device != self.device {
                 continue;
