@@ -20,6 +20,7 @@ import json
 import os
 import pickle
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,78 @@ def default_exclude() -> list[str]:
     return list(dict.fromkeys(parts))
 
 
+def _exclude_parts(exclude: Any) -> list[str]:
+    """``exclude`` as a list of path parts: None is ``default_exclude()``; one string (or
+    ``os.PathLike``) is one part, never its characters; any other iterable lists parts."""
+    if exclude is None:
+        return default_exclude()
+    if isinstance(exclude, (str, os.PathLike)):
+        items: list[Any] = [exclude]
+    elif isinstance(exclude, (bytes, bytearray, dict)):
+        raise TypeError(
+            f"exclude={exclude!r}: give path parts as a list of str (['torch/', '<stdlib>']), "
+            "one str, or None for default_exclude()"
+        )
+    else:
+        try:
+            items = list(exclude)
+        except TypeError:
+            raise TypeError(
+                f"exclude={exclude!r}: give path parts as a list of str (['torch/', "
+                "'<stdlib>']), one str, or None for default_exclude()"
+            ) from None
+    parts = []
+    for i, item in enumerate(items):
+        part = os.fspath(item) if isinstance(item, os.PathLike) else item
+        if not isinstance(part, str):
+            raise TypeError(
+                f"exclude[{i}]={item!r}: each path part must be a str (a file whose path "
+                "contains it is not a location)"
+            )
+        if not part:
+            raise ValueError(
+                f"exclude[{i}] is an empty string: it is part of every path, so no frame "
+                "could be a location; leave it out (exclude=[] shows every frame)"
+            )
+        parts.append(part)
+    return parts
+
+
+def _keyword_groups(groups: Any) -> list[tuple[str, list[str]]]:
+    """``groups`` as (name, keywords) pairs: one string is one keyword, never its
+    characters."""
+    if not isinstance(groups, Mapping):
+        raise TypeError(
+            f"groups={groups!r}: give a dict of group name -> keywords, e.g. "
+            '{"weights": ["weight"], "attention": ["attn"]}'
+        )
+    out = []
+    for name, words in groups.items():
+        if not isinstance(name, str):
+            raise TypeError(f"groups: the group name {name!r} must be a str")
+        listed = [words] if isinstance(words, str) else words
+        try:
+            listed = list(listed)
+        except TypeError:
+            raise TypeError(
+                f"groups[{name!r}]={words!r}: give the group's keywords as a list of str "
+                "(or one str)"
+            ) from None
+        for word in listed:
+            if not isinstance(word, str):
+                raise TypeError(
+                    f"groups[{name!r}]: the keyword {word!r} must be a str (a row goes to the "
+                    "first group with a keyword in its name)"
+                )
+            if not word:
+                raise ValueError(
+                    f"groups[{name!r}] has an empty keyword: it is part of every name, so the "
+                    "group would take every row; leave it out"
+                )
+        out.append((name, listed))
+    return out
+
+
 @dataclass(frozen=True)
 class PeakRow:
     """One row of the peak table: the allocations of one location (or module) alive at the
@@ -106,7 +179,7 @@ class TraceResult:
     ):
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
-        self.exclude = list(default_exclude() if exclude is None else exclude)
+        self.exclude = _exclude_parts(exclude)
         self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
         #: Where and when the result was made (``results.run_meta``); ``device`` is the
         #: device recorded when there is one.
@@ -215,7 +288,7 @@ class TraceResult:
             expected = expected_sum
         else:
             raise TypeError(f"expected_sum={expected_sum!r}: give bytes, None or 'driver'")
-        items = [(name, list(words)) for name, words in groups.items()]
+        items = _keyword_groups(groups)
         return self._analysis.keywords(index, items, expected, by == "module")
 
     # -- renderings ------------------------------------------------------------------
@@ -379,27 +452,32 @@ def _driver_used(index: int) -> int | None:
     return None if found is None else found[0]
 
 
-def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> TraceResult:
+def load(
+    source: str | os.PathLike | dict, exclude: str | Sequence[str] | None = None
+) -> TraceResult:
     """Analyse a snapshot you already have: a pickle from
     ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), a ``trace`` result
     file (``TraceResult.save("x.json")``, gzip or not), a snapshot as JSON
     (``export_memory_viz(format="json")``), or the dict of ``torch.cuda.memory._snapshot()``.
-    Runs anywhere, GPU or not. ``exclude`` replaces a result file's own exclude list.
+    Runs anywhere, GPU or not. ``exclude`` (path parts whose frames are not a location; one
+    str is one part) replaces a result file's own exclude list.
 
     >>> import memlab_rs.trace as trace
     >>> trace.load({"segments": [], "device_traces": [[]]}).devices
     []
     """
+    excluded = None if exclude is None else _exclude_parts(exclude)
     if isinstance(source, dict):
-        return TraceResult(source, exclude)
+        return TraceResult(source, excluded)
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load() takes a path or a snapshot dict, got {type(source).__name__}")
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if _is_json(path):
-        return _load_json(path, exclude)
-    excluded = list(default_exclude() if exclude is None else exclude)
+        return _load_json(path, excluded)
+    if excluded is None:
+        excluded = default_exclude()
     try:
         # Streams the pickle into compact records: no dict of the whole snapshot in memory.
         analysis = _core.TraceAnalysis.from_pickle(path, excluded)
@@ -500,7 +578,8 @@ class Tracer:
     only, cheaper; ``False``, the default: no hooks, and the module view reads the phase
     and the innermost ``forward`` from each allocation's frames instead). Module hooks cost
     nothing on a GPU-bound step but slow a CPU-bound one (GPT-2 at batch 1x64: 1.19x on top
-    of the history's 1.11x); see the guide.
+    of the history's 1.11x); see the guide. ``exclude``: the path parts whose frames are not
+    a location (None: ``default_exclude()``; one str is one part, ``[]`` shows every frame).
 
     On CUDA the allocator's history is turned on with Python stacks for alloc events (unless
     you already had it on: then your setting is kept) and turned back off on stop; the
@@ -520,7 +599,7 @@ class Tracer:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         model: torch.nn.Module | None = None,
         tag_modules: bool | str = False,
-        exclude: list[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
     ):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries={max_entries!r}: give a positive int")
@@ -538,7 +617,8 @@ class Tracer:
         self.max_entries = max_entries
         self.model = model
         self.tag_modules = tag_modules
-        self.exclude = exclude
+        # None: default_exclude() when the result is made; one str is one path part.
+        self.exclude = None if exclude is None else _exclude_parts(exclude)
         self.result: TraceResult | None = None
         self._running = False
         self._we_enabled = False
