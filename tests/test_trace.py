@@ -376,8 +376,16 @@ def test_a_recording_from_the_gpu_machine_reports_here_as_it_did_there():
         recorded = pickle.load(f)
     result = trace.load(recorded["snapshot"])
     assert result.text() == recorded["text"]
-    assert result.module_text() == recorded["module_text"]
-    assert result.to_json() == recorded["json"]
+    # Since issue 20 a phase with no module says so ("backward:" there is
+    # "backward:(no module)" here); nothing else differs.
+    no_module = r"\1:(no module)"
+    assert result.module_text() == re.sub(
+        r"(?<=  )(forward|backward|optimizer):$", no_module, recorded["module_text"], flags=re.M
+    )
+    assert result.to_json() == re.sub(
+        r'(?<="key":")(forward|backward|optimizer):(?=")', no_module, recorded["json"]
+    )
+    assert "backward:(no module)" in [r.location for r in result.module_rows(0)]
     assert result.max_mem("cuda:0") == recorded["facts"]["peak_allocated"]
     assert result.notices("cuda:0") == []
     modules = [r.location for r in result.module_rows(0)]

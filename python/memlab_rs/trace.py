@@ -253,7 +253,10 @@ class TraceResult:
         return [PeakRow(*row) for row in self._analysis.rows(self._index(device))]
 
     def module_rows(self, device: Any = None) -> list[PeakRow]:
-        """The same live set by ``phase:module`` tag (forward, backward, optimizer)."""
+        """The same live set by ``phase:module`` tag (forward, backward, optimizer): the
+        recorded tag, else what the frames say, else ``(untagged)``; a phase with no module
+        reads ``phase:(no module)``. Every module view (``module_text``, ``to_csv``,
+        ``to_json``, HTML, ``keywords``, ``untagged_log``) reads this one grouping."""
         return [PeakRow(*row) for row in self._analysis.module_rows(self._index(device))]
 
     def notices(self, device: Any = None) -> list[str]:
@@ -325,7 +328,8 @@ class TraceResult:
         return text
 
     def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
-        """The stacks of allocations alive at the peak that carry no module tag."""
+        """The stacks of the allocations of the module view's ``(untagged)`` row (neither a
+        tag nor their frames place them in a phase), biggest first; they add up to it."""
         text = self._analysis.untagged_log(self._index(device))
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:

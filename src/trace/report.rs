@@ -2,7 +2,7 @@
 //! location and by tag, per device. Pure: no Python, no I/O.
 
 use super::blocks::{block_sizes, Sizes};
-use super::group::{by_location, by_tag, Locator, Row};
+use super::group::{by_location, by_module, module_groups, Locator, ModuleGroups, Row};
 use super::model::{Source, Trace};
 use super::peak::{peak, running_total, Peak};
 use super::timeline::{timeline, Timeline};
@@ -11,6 +11,9 @@ pub struct DeviceReport {
     pub device: i32,
     pub peak: Peak,
     pub rows: Vec<Row>,
+    /// Which module row each allocation of `peak.live` is in (every module view reads it).
+    pub modules: ModuleGroups,
+    /// The rows of the module view.
     pub tags: Vec<Row>,
     pub notices: Vec<String>,
     sizes: Sizes,
@@ -81,7 +84,8 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
         let (start, totals) = running_total(device, &sizes);
         let peak = peak(device, &sizes, &totals, start);
         let rows = by_location(&peak.live, &locations);
-        let tags = by_tag(&trace, &peak.live, &frame_tags);
+        let modules = module_groups(&trace, &peak.live, &frame_tags);
+        let tags = by_module(&peak.live, &modules);
         let mut notices = Vec::new();
         if sizes.inferred_start && trace.source == Source::Cuda {
             notices.push(
@@ -114,6 +118,7 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
             device: device.device,
             peak,
             rows,
+            modules,
             tags,
             notices,
             sizes,
