@@ -52,9 +52,8 @@ def shown(tag):
     return f"{tag}(no module)" if tag in PHASES else tag
 
 
-def expected_key(untraced, tag, stack):
-    if untraced:
-        return "untraced"
+def expected_key(tag, stack):
+    """The module row of an allocation made while recording, under `tag` by `stack`."""
     if tag:
         return shown(tag)
     if STACKS[stack][1]:
@@ -63,14 +62,17 @@ def expected_key(untraced, tag, stack):
 
 
 def history(start, steps):
-    """A CPU snapshot from `start` (sizes alive before recording) and `steps` ((free?, size,
-    tag, stack) each), and the plain model's module rows at the peak."""
+    """A CPU snapshot from `start` ((size, named?) alive before recording) and `steps`
+    ((free?, size, tag, stack) each), and the plain model's module rows at the peak."""
     live = {}
     key_of = {}
-    for i, size in enumerate(start):
+    names = []
+    for i, (size, named) in enumerate(start):
         addr = 0x1000 * (i + 1)
         live[addr] = size
-        key_of[addr] = expected_key(True, "", 0)
+        key_of[addr] = f"untraced:p{i}.weight" if named else "untraced"
+        if named:
+            names.append([addr, f"p{i}.weight"])
     start_live = [[a, s] for a, s in live.items()]
     entries, next_addr, t = [], 0x100000, 1_000
     current = best = sum(live.values())
@@ -96,7 +98,7 @@ def history(start, steps):
             continue
         addr, next_addr = next_addr, next_addr + size + 64
         live[addr] = size
-        key_of[addr] = expected_key(False, TAGS[tag], stack)
+        key_of[addr] = expected_key(TAGS[tag], stack)
         entries.append(
             {
                 "action": "alloc",
@@ -114,7 +116,11 @@ def history(start, steps):
     snapshot = {
         "segments": [],
         "device_traces": [entries],
-        "memlab_rs": {"version": 1, "source": "cpu", "start": {"time_us": 0, "live": start_live}},
+        "memlab_rs": {
+            "version": 1,
+            "source": "cpu",
+            "start": {"time_us": 0, "live": start_live, "names": names},
+        },
     }
     rows = {}
     for addr, size in best_live.items():
@@ -210,7 +216,7 @@ step = st.tuples(
 
 @settings(max_examples=80, deadline=None)
 @given(
-    start=st.lists(st.sampled_from([64, 4096, 1 << 20]), max_size=4),
+    start=st.lists(st.tuples(st.sampled_from([64, 4096, 1 << 20]), st.booleans()), max_size=4),
     steps=st.lists(step, max_size=60),
 )
 def test_generated_histories_every_module_view_reads_one_grouping(start, steps):
@@ -247,3 +253,132 @@ def test_a_cpu_step_with_module_tags_every_view_agrees():
     # The loss's gradient is made under Tensor.backward before any module's backward.
     assert "backward:(no module)" in keys
     assert_views_agree(result)
+
+
+# -- what was alive at the start, by tensor -------------------------------------------------
+class Probe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(128, 512)  # weight 256 KiB, bias 2 KiB
+        self.register_buffer("scale", torch.ones(300))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale[:1]
+
+
+def trained_probe():
+    torch.manual_seed(0)
+    model = Probe()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(64, 128)
+
+    def train_step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)  # the gradients stay: alive at the next start
+
+    train_step()
+    return model, opt, train_step
+
+
+def nbytes(tensor):
+    return tensor.untyped_storage().nbytes()
+
+
+def test_what_was_alive_at_the_start_is_named_by_tensor_in_the_module_view():
+    model, opt, train_step = trained_probe()
+    with trace.Tracer(device="cpu", model=model) as tr:
+        train_step()
+    result = tr.result
+    rows = {r.location: r for r in result.module_rows("cpu")}
+    w = model.lin.weight
+    expected = {
+        "untraced:lin.weight": nbytes(w),
+        "untraced:lin.weight.grad": nbytes(w.grad),
+        "untraced:lin.bias": nbytes(model.lin.bias),
+        "untraced:scale": nbytes(model.scale),
+        "untraced:Adam.lin.weight.exp_avg": nbytes(opt.state[w]["exp_avg"]),
+        "untraced:Adam.lin.weight.exp_avg_sq": nbytes(opt.state[w]["exp_avg_sq"]),
+    }
+    assert {k: rows[k].bytes for k in expected} == expected
+    assert all(rows[k].count == 1 for k in expected)
+    # Every untraced row together is what was alive at the start and still at the peak.
+    untraced = [r for r in result.module_rows("cpu") if r.location.split(":")[0] == "untraced"]
+    (location_row,) = [r for r in result.rows("cpu") if r.location == "untraced"]
+    assert sum(r.bytes for r in untraced) == location_row.bytes
+    # The tagging profiler's keyword groups find the weights now.
+    groups = dict(result.keywords({"grads": ["grad"], "weights": ["weight"]}, None))
+    grads = sum(r.bytes for r in untraced if "grad" in r.location)
+    weights = sum(r.bytes for r in untraced if "weight" in r.location) - nbytes(w.grad)
+    assert groups["grads"] == grads == nbytes(w.grad) + nbytes(model.lin.bias.grad)
+    assert groups["weights"] == weights >= 3 * nbytes(w)  # the weight, exp_avg, exp_avg_sq
+    assert_views_agree(result)
+
+
+def test_without_a_model_the_tracer_finds_it():
+    model, opt, train_step = trained_probe()
+    with trace.Tracer(device="cpu") as tr:
+        train_step()
+    rows = {r.location: r.bytes for r in tr.result.module_rows("cpu")}
+    # Named as a model passed in would be, or after its class when other models are alive
+    # (other tests' modules in this process): "Probe.lin.weight", "Probe[2].lin.weight".
+    w = model.lin.weight
+    root = r"(Probe(\[\d+\])?\.)?"
+    for pattern, tensor in [
+        (rf"untraced:{root}lin\.weight", w),
+        (rf"untraced:{root}lin\.weight\.grad", w.grad),
+        (rf"untraced:Adam\.{root}lin\.weight\.exp_avg", opt.state[w]["exp_avg"]),
+    ]:
+        found = [k for k in rows if re.fullmatch(pattern, k)]
+        assert len(found) == 1, (pattern, sorted(rows))
+        assert rows[found[0]] == nbytes(tensor)
+
+
+def test_start_names_survive_saving_and_loading(tmp_path):
+    model, opt, train_step = trained_probe()
+    with trace.Tracer(device="cpu", model=model) as tr:
+        train_step()
+    rows = tr.result.module_rows("cpu")
+    assert any(r.location == "untraced:lin.weight" for r in rows)
+    for name in ("t.pickle", "t.json.gz"):
+        tr.result.save(tmp_path / name)
+        assert trace.load(tmp_path / name).module_rows("cpu") == rows
+
+
+@pytest.mark.parametrize(
+    "names",
+    [[[1]], [["x", "w"]], [[-1, "w"]], "abc", [[1, "w", 2]], 5],
+)
+def test_bad_start_names_are_named(names):
+    snapshot, _ = history([(64, True)], [])
+    snapshot["memlab_rs"]["start"]["names"] = names
+    with pytest.raises(ValueError, match=r"'memlab_rs.start.names' holds \[address, name\] pairs"):
+        trace.load(snapshot)
+
+
+@pytest.mark.cuda
+def test_cuda_start_is_named_by_tensor():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(256, 1024, device="cuda")
+
+    def train_step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    train_step()
+    torch.cuda.synchronize()
+    with trace.Tracer(device="cuda:0", model=model) as tr:
+        train_step()
+        torch.cuda.synchronize()
+    rows = {r.location: r.bytes for r in tr.result.module_rows("cuda:0")}
+    w = model[0].weight
+    # The allocator's block of a 4 MiB tensor is exactly 4 MiB.
+    assert rows["untraced:0.weight"] == nbytes(w) == 4 << 20
+    assert rows["untraced:AdamW.0.weight.exp_avg"] == 4 << 20
+    assert rows["untraced:AdamW.0.weight.exp_avg_sq"] == 4 << 20
+    # AdamW's step counters are CPU tensors: not on this device, not named here.
+    assert not any(k.endswith(".step") for k in rows)
+    assert_views_agree(tr.result, "cuda:0")

@@ -28,6 +28,7 @@ import torch
 
 from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
 from ._torch import device_key
+from ._trace_names import start_names
 
 DEFAULT_MAX_ENTRIES = 1_000_000
 _USER_LIKE = ("demo.py", "models.py")
@@ -576,7 +577,10 @@ class Tracer:
 
     ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"``/``N``, or None (CUDA when torch sees a
     GPU, else CPU). ``max_entries`` bounds the history (a ring buffer: the oldest entries
-    go, and the report says so). ``model``: names modules by their path in it when tagging.
+    go, and the report says so). ``model``: names modules by their path in it when tagging,
+    and names what was alive at the start by tensor in the module view
+    (``untraced:0.weight``, ``untraced:0.weight.grad``, ``untraced:Adam.0.weight.exp_avg``;
+    optimizers are found alive); without it, the root modules found alive name them.
     ``tag_modules``: record the module and phase running each allocation (module hooks;
     ``True``: forward, backward and optimizer step; ``"forward"``: forward and optimizer
     only, cheaper; ``False``, the default: no hooks, and the module view reads the phase
@@ -609,6 +613,11 @@ class Tracer:
             raise ValueError(f"max_entries={max_entries!r}: give a positive int")
         if tag_modules not in (True, False, "forward"):
             raise ValueError(f"tag_modules={tag_modules!r}: use True, False or 'forward'")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"model={type(model).__name__}: give the torch.nn.Module whose parameters "
+                "and submodules name the report's rows, or None"
+            )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         key = device_key(device)
@@ -627,6 +636,7 @@ class Tracer:
         self._running = False
         self._we_enabled = False
         self._start: dict[str, Any] = {}
+        self._names: list[list[Any]] = []
         self._tagger: Any = None
 
     def start(self) -> Tracer:
@@ -636,11 +646,13 @@ class Tracer:
             from . import _cuda_history
 
             _cuda_history.ensure_initialised()
+            self._names = start_names(self.model, self.device)
             self._we_enabled = not _cuda_history.history_enabled()
             if self._we_enabled:
                 _cuda_history.enable(self.max_entries)
             self._start = _cuda_history.start_layout()
         else:
+            self._names = start_names(self.model, self.device)
             _core._cpu_trace_start(self.max_entries)
         self._running = True
         if self.tag_modules:
@@ -676,6 +688,9 @@ class Tracer:
             }
         else:
             snapshot = _core._cpu_trace_stop()
+        # What was alive at the start, by tensor: the module view's untraced:<name> rows.
+        snapshot["memlab_rs"]["start"]["names"] = self._names
+        self._names = []
         self.result = TraceResult(snapshot, self.exclude, results.run_meta(self.device))
         return self.result
 

@@ -212,8 +212,9 @@ impl ModuleGroups {
     }
 }
 
-/// Each allocation of the live set gets, in this order: `untraced` if it was alive before
-/// recording began; its recorded tag; the tag its frames give (`frame_tags`); else
+/// Each allocation of the live set gets, in this order: if it was alive before recording
+/// began, `untraced:<name>` with the name the Tracer found for it (`Trace::start_names`),
+/// else `untraced`; its recorded tag; the tag its frames give (`frame_tags`); else
 /// `(untagged)`. Tags pass through `module_key`.
 pub fn module_groups(trace: &Trace, live: &[Live], frame_tags: &[String]) -> ModuleGroups {
     let mut index: HashMap<String, u32> = HashMap::new();
@@ -225,7 +226,10 @@ pub fn module_groups(trace: &Trace, live: &[Live], frame_tags: &[String]) -> Mod
             frame_tags[l.stack as usize].as_str()
         };
         let key = if l.untraced {
-            UNTRACED.to_owned()
+            match trace.start_names.get(&l.addr) {
+                Some(&name) => format!("{UNTRACED}:{}", trace.text(name)),
+                None => UNTRACED.to_owned(),
+            }
         } else if l.tag != NONE && !trace.text(l.tag).is_empty() {
             module_key(trace.text(l.tag))
         } else if !from_frames.is_empty() {
