@@ -382,3 +382,82 @@ def test_cuda_start_is_named_by_tensor():
     # AdamW's step counters are CPU tensors: not on this device, not named here.
     assert not any(k.endswith(".step") for k in rows)
     assert_views_agree(tr.result, "cuda:0")
+
+
+# -- keyword groups: Untrackable is never negative, and never dropped without a word ---------
+def mlp_adam():
+    import pickle
+    from pathlib import Path
+
+    with open(Path(__file__).parent / "fixtures" / "trace" / "mlp_adam.pickle", "rb") as f:
+        data = pickle.load(f)
+    return trace.load(data["snapshot"]), data["facts"]["peak_allocated"]
+
+
+GROUPS = {"first": ["step0"], "later": ["step1", "step2"]}
+
+
+@settings(max_examples=50, deadline=None)
+@given(offset=st.integers(-(1 << 40), 1 << 40))
+def test_untrackable_is_what_expected_sum_leaves_and_never_negative(offset):
+    result, peak = mlp_adam()
+    assert result.max_mem(0) == peak
+    expected = max(0, peak + offset)
+    if expected < peak:
+        with pytest.raises(ValueError, match=f"expected_sum={expected} is less than the {peak} "):
+            result.keywords(GROUPS, expected)
+        return
+    groups = dict(result.keywords(GROUPS, expected))
+    assert groups["Untrackable"] == expected - peak >= 0
+    assert sum(groups.values()) == expected
+
+
+def test_bad_expected_sum_is_named():
+    result, peak = mlp_adam()
+    for bad in (True, 1.5, "reserved", [1]):
+        error = ValueError if isinstance(bad, str) else TypeError
+        with pytest.raises(error, match="expected_sum=.*give bytes"):
+            result.keywords(GROUPS, bad)
+    import numpy as np
+
+    assert dict(result.keywords(GROUPS, np.int64(peak)))["Untrackable"] == 0
+
+
+def test_the_default_driver_is_not_dropped_without_a_word(tmp_path):
+    with trace.Tracer(device="cpu") as tr:
+        w = torch.empty(256, 1024)
+    cpu = tr.result
+    with pytest.warns(UserWarning, match="this trace recorded CPU memory.*Untrackable is left out"):
+        found = cpu.keywords({"all": ["untraced"]})
+    assert [name for name, _ in found] == ["all", "Others"]
+    # Bytes, or None, say what is wanted: no warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [n for n, _ in cpu.keywords({"all": ["untraced"]}, None)] == ["all", "Others"]
+    # A CUDA trace read from a file: the driver here says nothing of that recording.
+    result, _ = mlp_adam()
+    for name in ("cuda.pickle", "cuda.json.gz"):
+        result.save(tmp_path / name)
+        loaded = trace.load(tmp_path / name)
+        with pytest.warns(UserWarning, match="read from a file.*Untrackable is left out"):
+            found = loaded.keywords(GROUPS)
+        assert [name for name, _ in found] == ["first", "later", "Others"]
+    del w
+
+
+@pytest.mark.cuda
+def test_cuda_untrackable_is_what_the_driver_counts_beyond_the_peak():
+    from memlab_rs import _core
+
+    x = torch.ones(1 << 20, device="cuda")
+    with trace.Tracer(device="cuda:0") as tr:
+        y = x * 2
+        torch.cuda.synchronize()
+    before = _core.driver_device_memory(0)[0]
+    groups = dict(tr.result.keywords({"all": ["untraced"]}))
+    after = _core.driver_device_memory(0)[0]
+    assert groups["Untrackable"] >= 0
+    assert min(before, after) <= sum(groups.values()) <= max(before, after)
+    del x, y

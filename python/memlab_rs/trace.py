@@ -17,9 +17,11 @@ True
 from __future__ import annotations
 
 import json
+import operator
 import os
 import pickle
 import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,6 +184,9 @@ class TraceResult:
         self._path: str | None = None
         self.exclude = _exclude_parts(exclude)
         self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+        # Whether the CUDA driver's reading now can stand for the recording's device
+        # (keywords' expected_sum="driver"): not for a result read from a file.
+        self._driver_applies = True
         #: Where and when the result was made (``results.run_meta``); ``device`` is the
         #: device recorded when there is one.
         self.meta = self._made_here() if meta is None else meta
@@ -194,6 +199,7 @@ class TraceResult:
         result._path = path
         result.exclude = exclude
         result._analysis = analysis
+        result._driver_applies = False
         result.meta = result._made_here(snapshot_file=os.path.abspath(path))
         return result
 
@@ -279,21 +285,89 @@ class TraceResult:
         """The tagging profiler's keyword groups: each row of the live set at the peak goes
         to the first group with a keyword in its tag (``by="module"``) or location
         (``by="location"``); ``Others`` takes the rest; ``Untrackable`` is ``expected_sum``
-        minus what was tracked. ``expected_sum="driver"`` (the default) asks the CUDA driver
-        what is used on the device now: that includes the CUDA context, the allocator's
-        cache, other libraries' memory and other processes; None leaves Untrackable out."""
+        minus what was tracked (the bytes alive at the peak). ``expected_sum="driver"`` (the
+        default) asks the CUDA driver what is used on the device now: that includes the CUDA
+        context, the allocator's cache, other libraries' memory and other processes. Where
+        the driver cannot tell (a CPU trace, a trace read from a file, no driver, less in
+        use now than at the peak) Untrackable is left out with a warning saying why; None
+        leaves it out quietly. Bytes below what was tracked are a ValueError.
+
+        >>> import torch, memlab_rs.trace as trace
+        >>> with trace.Tracer(device="cpu") as tr:
+        ...     w = torch.empty(256, 1024)
+        >>> groups = tr.result.keywords({"big": ["untraced"]}, expected_sum=None)
+        >>> [name for name, _ in groups]
+        ['big', 'Others']
+        """
+        return self._keywords(groups, expected_sum, device, by)
+
+    def _keywords(
+        self, groups: Any, expected_sum: Any, device: Any, by: str, stacklevel: int = 3
+    ) -> list[tuple[str, int]]:
         if by not in ("module", "location"):
             raise ValueError(f"by={by!r}: use 'module' or 'location'")
         index = self._index(device)
-        expected: int | None
-        if expected_sum == "driver":
-            expected = _driver_used(index) if self.source == "cuda" else None
-        elif expected_sum is None or isinstance(expected_sum, int):
-            expected = expected_sum
-        else:
-            raise TypeError(f"expected_sum={expected_sum!r}: give bytes, None or 'driver'")
         items = _keyword_groups(groups)
-        return self._analysis.keywords(index, items, expected, by == "module")
+        found = self._analysis.keywords(index, items, None, by == "module")
+        tracked = self.max_mem(device)  # the rows add up to it
+        expected = self._expected_sum(expected_sum, index, tracked, stacklevel + 1)
+        if expected is not None:
+            found.append(("Untrackable", expected - tracked))
+        return found
+
+    def _expected_sum(self, expected_sum: Any, index: int, tracked: int, stacklevel: int):
+        """The bytes Untrackable is counted from, or None to leave it out (warning why,
+        where the default could not be honoured)."""
+        if isinstance(expected_sum, str):
+            if expected_sum != "driver":
+                raise ValueError(
+                    f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
+                )
+            why = None
+            if self.source != "cuda":
+                why = "this trace recorded CPU memory, which the CUDA driver does not count"
+            elif not self._driver_applies:
+                why = (
+                    "this trace was read from a file, and the driver can only say what this "
+                    "machine uses now"
+                )
+            else:
+                used = _driver_used(index)
+                if used is None:
+                    why = "the CUDA driver could not be read here"
+                elif used < tracked:
+                    why = (
+                        f"the driver says {used} bytes are used on cuda:{index} now, less than "
+                        f"the {tracked} bytes alive at the peak (memory was given back since, "
+                        "e.g. by torch.cuda.empty_cache())"
+                    )
+                else:
+                    return used
+            warnings.warn(
+                f"keywords(expected_sum='driver'): {why}; Untrackable is left out. Pass the "
+                "bytes you expect at the peak, or expected_sum=None to leave it out without "
+                "this warning",
+                stacklevel=stacklevel,
+            )
+            return None
+        if expected_sum is None:
+            return None
+        if isinstance(expected_sum, bool):
+            raise TypeError(f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'")
+        try:
+            expected = operator.index(expected_sum)
+        except TypeError:
+            raise TypeError(
+                f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
+            ) from None
+        if expected < tracked:
+            raise ValueError(
+                f"expected_sum={expected} is less than the {tracked} bytes alive at the peak "
+                "(what the groups add up to), so Untrackable would be negative; pass the total "
+                "you expect at the peak in bytes (torch.cuda.max_memory_reserved(), say), or "
+                "None to leave Untrackable out"
+            )
+        return expected
 
     # -- renderings ------------------------------------------------------------------
     def text(self) -> str:
@@ -384,7 +458,7 @@ class TraceResult:
         from ._trace_plots import keyword_plot_png
 
         mib = 1 << 20
-        found = self.keywords(groups, expected_sum, device)
+        found = self._keywords(groups, expected_sum, device, "module")
         expected = sum(b for _, b in found)
         keyword_plot_png([(g, b / mib) for g, b in found], expected / mib, path)
 
@@ -424,6 +498,7 @@ class TraceResult:
             raise ValueError('trace: "exclude" must be a list of strings')
         source = results.expect(data, "source", str, "trace")
         result = cls(decode(data), exclude, meta)
+        result._driver_applies = False
         if result.source != source:
             raise ValueError(
                 f'trace: "source" says {source!r} but the snapshot is a {result.source} one'
@@ -479,6 +554,14 @@ def load(
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+    result = _load_file(path, excluded)
+    result._driver_applies = False  # the driver here now says nothing of that recording
+    return result
+
+
+def _load_file(path: str, excluded: list[str] | None) -> TraceResult:
+    """The result in the file at ``path``: JSON (a result file or a snapshot), else a
+    snapshot pickle."""
     if _is_json(path):
         return _load_json(path, excluded)
     if excluded is None:
