@@ -108,6 +108,24 @@ def _exclude_parts(exclude: Any) -> list[str]:
     return parts
 
 
+def _paths(paths: Any, name: str = "paths") -> str:
+    """``paths`` checked: ``"short"`` or ``"full"``."""
+    if not isinstance(paths, str) or paths not in ("short", "full"):
+        raise ValueError(
+            f"{name}={paths!r}: use 'short' (packages from their directory, files here "
+            "relative to the working directory) or 'full' (paths as recorded)"
+        )
+    return paths
+
+
+def _cwd() -> str | None:
+    """The working directory, which short paths are relative to (None if it is gone)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _keyword_groups(groups: Any) -> list[tuple[str, list[str]]]:
     """``groups`` as (name, keywords) pairs: one string is one keyword, never its
     characters."""
@@ -177,13 +195,16 @@ class TraceResult:
     def __init__(
         self,
         snapshot: dict,
-        exclude: list[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
         meta: dict[str, Any] | None = None,
+        paths: str = "short",
     ):
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
         self.exclude = _exclude_parts(exclude)
-        self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+        #: How files are shown: ``"short"`` or ``"full"`` (see ``Tracer``).
+        self.paths = _paths(paths)
+        self._analysis = _core.TraceAnalysis(snapshot, self.exclude, paths == "full", _cwd())
         # Whether the CUDA driver's reading now can stand for the recording's device
         # (keywords' expected_sum="driver"): not for a result read from a file.
         self._driver_applies = True
@@ -192,12 +213,15 @@ class TraceResult:
         self.meta = self._made_here() if meta is None else meta
 
     @classmethod
-    def _from_analysis(cls, analysis: Any, path: str, exclude: list[str]) -> TraceResult:
+    def _from_analysis(
+        cls, analysis: Any, path: str, exclude: list[str], paths: str
+    ) -> TraceResult:
         """A result read straight from the pickle at `path` (its dict is loaded on demand)."""
         result = cls.__new__(cls)
         result._snapshot = None
         result._path = path
         result.exclude = exclude
+        result.paths = paths
         result._analysis = analysis
         result._driver_applies = False
         result.meta = result._made_here(snapshot_file=os.path.abspath(path))
@@ -482,11 +506,17 @@ class TraceResult:
             pickle.dump(self.snapshot, f, protocol=4)
 
     def to_data(self) -> dict[str, Any]:
-        """The result as JSON values (a saved file's ``data``): ``source``, ``exclude``, and
-        the snapshot with its frames and stacks listed once (``frames``, ``stacks``)."""
+        """The result as JSON values (a saved file's ``data``): ``source``, ``exclude``,
+        ``paths``, and the snapshot with its frames and stacks listed once (``frames``,
+        ``stacks``)."""
         from ._trace_saved import encode
 
-        return {"source": self.source, "exclude": list(self.exclude), **encode(self.snapshot)}
+        return {
+            "source": self.source,
+            "exclude": list(self.exclude),
+            "paths": self.paths,
+            **encode(self.snapshot),
+        }
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TraceResult:
@@ -497,7 +527,8 @@ class TraceResult:
         if not all(isinstance(p, str) for p in exclude):
             raise ValueError('trace: "exclude" must be a list of strings')
         source = results.expect(data, "source", str, "trace")
-        result = cls(decode(data), exclude, meta)
+        paths = _paths(data.get("paths", "short"), 'trace: "paths"')  # older files: short
+        result = cls(decode(data), exclude, meta, paths)
         result._driver_applies = False
         if result.source != source:
             raise ValueError(
@@ -533,49 +564,54 @@ def _driver_used(index: int) -> int | None:
 
 
 def load(
-    source: str | os.PathLike | dict, exclude: str | Sequence[str] | None = None
+    source: str | os.PathLike | dict,
+    exclude: str | Sequence[str] | None = None,
+    paths: str | None = None,
 ) -> TraceResult:
     """Analyse a snapshot you already have: a pickle from
     ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), a ``trace`` result
     file (``TraceResult.save("x.json")``, gzip or not), a snapshot as JSON
     (``export_memory_viz(format="json")``), or the dict of ``torch.cuda.memory._snapshot()``.
     Runs anywhere, GPU or not. ``exclude`` (path parts whose frames are not a location; one
-    str is one part) replaces a result file's own exclude list.
+    str is one part) and ``paths`` (``"short"``, the default, or ``"full"``: see
+    ``Tracer``) replace a result file's own.
 
     >>> import memlab_rs.trace as trace
     >>> trace.load({"segments": [], "device_traces": [[]]}).devices
     []
     """
     excluded = None if exclude is None else _exclude_parts(exclude)
+    shown = None if paths is None else _paths(paths)
     if isinstance(source, dict):
-        return TraceResult(source, excluded)
+        return TraceResult(source, excluded, paths=shown or "short")
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load() takes a path or a snapshot dict, got {type(source).__name__}")
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    result = _load_file(path, excluded)
+    result = _load_file(path, excluded, shown)
     result._driver_applies = False  # the driver here now says nothing of that recording
     return result
 
 
-def _load_file(path: str, excluded: list[str] | None) -> TraceResult:
+def _load_file(path: str, excluded: list[str] | None, shown: str | None) -> TraceResult:
     """The result in the file at ``path``: JSON (a result file or a snapshot), else a
     snapshot pickle."""
     if _is_json(path):
-        return _load_json(path, excluded)
+        return _load_json(path, excluded, shown)
     if excluded is None:
         excluded = default_exclude()
+    shown = shown or "short"
     try:
         # Streams the pickle into compact records: no dict of the whole snapshot in memory.
-        analysis = _core.TraceAnalysis.from_pickle(path, excluded)
+        analysis = _core.TraceAnalysis.from_pickle(path, excluded, shown == "full", _cwd())
     except FileNotFoundError:
         raise FileNotFoundError(f"no snapshot file at {path!r}") from None
     except NotImplementedError:
         # A checked pickle the streaming reader does not read (protocols 0 and 1, plain data
         # laid out unlike a snapshot): the plain-data unpickler reads it.
-        return TraceResult(_read_pickle(path), excluded)
-    return TraceResult._from_analysis(analysis, path, excluded)
+        return TraceResult(_read_pickle(path), excluded, paths=shown)
+    return TraceResult._from_analysis(analysis, path, excluded, shown)
 
 
 def _is_json(path: str) -> bool:
@@ -588,7 +624,7 @@ def _is_json(path: str) -> bool:
     return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{"
 
 
-def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
+def _load_json(path: str, exclude: list[str] | None, shown: str | None) -> TraceResult:
     """A ``trace`` result file, or a snapshot written as JSON."""
     try:
         doc = results.read_document(path)
@@ -604,11 +640,16 @@ def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
                 f"{path}: a memlab_rs {found.kind} result, not a trace; read it with "
                 "memlab_rs.load"
             )
-        if exclude is None:
+        if exclude is None and shown in (None, found.paths):
             return found
-        return TraceResult(found.snapshot, exclude, found.meta)
+        return TraceResult(
+            found.snapshot,
+            found.exclude if exclude is None else exclude,
+            found.meta,
+            shown or found.paths,
+        )
     if isinstance(doc, dict) and "segments" in doc and "device_traces" in doc:
-        result = TraceResult(doc, exclude)
+        result = TraceResult(doc, exclude, paths=shown or "short")
         result.meta["snapshot_file"] = os.path.abspath(path)
         return result
     raise ValueError(
@@ -671,6 +712,10 @@ class Tracer:
     nothing on a GPU-bound step but slow a CPU-bound one (GPT-2 at batch 1x64: 1.19x on top
     of the history's 1.11x); see the guide. ``exclude``: the path parts whose frames are not
     a location (None: ``default_exclude()``; one str is one part, ``[]`` shows every frame).
+    ``paths``: how files are shown in the rows and stacks: ``"short"`` (the default, as the
+    peak tracer shows them: an installed package's file from its package down,
+    ``.../transformers/models/llama/modeling_llama.py``; a file under the working directory
+    of ``start()`` relative to it, ``models/gpt.py``; any other in full) or ``"full"``.
 
     On CUDA the allocator's history is turned on with Python stacks for alloc events (unless
     you already had it on: then your setting is kept) and turned back off on stop; the
@@ -691,6 +736,7 @@ class Tracer:
         model: torch.nn.Module | None = None,
         tag_modules: bool | str = False,
         exclude: str | Sequence[str] | None = None,
+        paths: str = "short",
     ):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries={max_entries!r}: give a positive int")
@@ -715,16 +761,19 @@ class Tracer:
         self.tag_modules = tag_modules
         # None: default_exclude() when the result is made; one str is one path part.
         self.exclude = None if exclude is None else _exclude_parts(exclude)
+        self.paths = _paths(paths)
         self.result: TraceResult | None = None
         self._running = False
         self._we_enabled = False
         self._start: dict[str, Any] = {}
         self._names: list[list[Any]] = []
+        self._cwd: str | None = None
         self._tagger: Any = None
 
     def start(self) -> Tracer:
         if self._running:
             raise RuntimeError("this Tracer is already recording; stop() it first")
+        self._cwd = _cwd()  # what short paths are relative to, wherever the result is read
         if self.cuda:
             from . import _cuda_history
 
@@ -773,8 +822,10 @@ class Tracer:
             snapshot = _core._cpu_trace_stop()
         # What was alive at the start, by tensor: the module view's untraced:<name> rows.
         snapshot["memlab_rs"]["start"]["names"] = self._names
+        snapshot["memlab_rs"]["cwd"] = self._cwd
         self._names = []
-        self.result = TraceResult(snapshot, self.exclude, results.run_meta(self.device))
+        meta = results.run_meta(self.device)
+        self.result = TraceResult(snapshot, self.exclude, meta, self.paths)
         return self.result
 
     def __enter__(self) -> Tracer:

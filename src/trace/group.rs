@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::model::{StackId, Trace, NONE};
+use super::paths::Paths;
 use super::peak::Live;
 
 pub const UNTRACED: &str = "untraced";
@@ -20,10 +21,12 @@ fn is_stdlib(filename: &str) -> bool {
 
 /// Which frames are not "the user's": files whose path contains one of these parts (torch,
 /// the standard library, memlab_rs by default; `STDLIB` for any standard library) and
-/// pseudo-files such as `<frozen importlib._bootstrap>`.
+/// pseudo-files such as `<frozen importlib._bootstrap>`. `paths`: how files are shown (the
+/// reader's choice; a recording's own working directory replaces the reader's).
 #[derive(Clone, Debug, Default)]
 pub struct Locator {
     pub exclude: Vec<String>,
+    pub paths: Paths,
 }
 
 impl Locator {
@@ -36,8 +39,9 @@ impl Locator {
     }
 
     /// The location of every stack: `path:line (function)` of its innermost frame outside
-    /// the excluded files, or of its innermost frame when all are excluded.
-    pub fn locations(&self, trace: &Trace) -> Vec<String> {
+    /// the excluded files, or of its innermost frame when all are excluded; the path as
+    /// `paths` shows it (exclusion reads the full path).
+    pub fn locations(&self, trace: &Trace, paths: &Paths) -> Vec<String> {
         let mut by_file: HashMap<u32, bool> = HashMap::new();
         trace
             .stacks
@@ -58,7 +62,7 @@ impl Locator {
                         let frame = trace.frames[f as usize];
                         format!(
                             "{}:{} ({})",
-                            trace.text(frame.filename),
+                            paths.show(trace.text(frame.filename)),
                             frame.line,
                             trace.text(frame.name)
                         )

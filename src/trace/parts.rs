@@ -140,6 +140,7 @@ struct Extra<N> {
     start_segments: Option<N>,
     start_live: Option<N>,
     start_names: Option<N>,
+    cwd: Option<String>,
     dropped: u64,
     no_stack: u64,
 }
@@ -152,6 +153,7 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
         start_segments: None,
         start_live: None,
         start_names: None,
+        cwd: None,
         dropped: 0,
         no_stack: 0,
     };
@@ -167,6 +169,11 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
         }
     }
     out.dropped = u64_at(doc, &ours, "dropped")?;
+    if let Some(cwd) = doc.get(&ours, "cwd")? {
+        if !doc.is_none(&cwd) {
+            out.cwd = Some(doc.text(&cwd)?);
+        }
+    }
     out.no_stack = u64_at(doc, &ours, "no_stack")?;
     if let Some(start) = doc.get(&ours, "start")? {
         if !doc.is_dict(&start) {
@@ -264,6 +271,7 @@ impl Parts {
     pub fn read<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Parts> {
         let extra = extra(doc, snapshot)?;
         doc.trace().source = extra.source;
+        doc.trace().cwd = extra.cwd.clone();
         if let Some(names) = &extra.start_names {
             start_names(doc, names)?;
         }

@@ -4,6 +4,7 @@
 use super::blocks::{block_sizes, Sizes};
 use super::group::{by_location, by_module, module_groups, Locator, ModuleGroups, Row};
 use super::model::{Source, Trace};
+use super::paths::Paths;
 use super::peak::{peak, running_total, Peak};
 use super::timeline::{timeline, Timeline};
 
@@ -24,6 +25,8 @@ pub struct Report {
     pub trace: Trace,
     /// The location key of every stack.
     pub locations: Vec<String>,
+    /// How files are shown (rows and stacks alike).
+    pub paths: Paths,
     pub devices: Vec<DeviceReport>,
 }
 
@@ -76,7 +79,8 @@ impl Report {
 }
 
 pub fn analyse(trace: Trace, locator: &Locator) -> Report {
-    let locations = locator.locations(&trace);
+    let paths = locator.paths.clone().recorded_in(trace.cwd.as_deref());
+    let locations = locator.locations(&trace, &paths);
     let frame_tags = locator.frame_tags(&trace);
     let mut devices = Vec::new();
     for device in &trace.devices {
@@ -128,6 +132,7 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
     Report {
         trace,
         locations,
+        paths,
         devices,
     }
 }

@@ -49,7 +49,7 @@ pub fn untagged_log(report: &Report, device: &DeviceReport) -> String {
             let frame = report.trace.frames[f as usize];
             out.push_str(&format!(
                 "  {}:{} ({})\n",
-                report.trace.text(frame.filename),
+                report.paths.show(report.trace.text(frame.filename)),
                 frame.line,
                 report.trace.text(frame.name)
             ));
