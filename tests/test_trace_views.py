@@ -461,3 +461,29 @@ def test_cuda_untrackable_is_what_the_driver_counts_beyond_the_peak():
     assert groups["Untrackable"] >= 0
     assert min(before, after) <= sum(groups.values()) <= max(before, after)
     del x, y
+
+
+@pytest.mark.cuda
+def test_a_cuda_step_with_module_tags_every_view_agrees():
+    """On CUDA the backward runs on autograd's device thread, which has no Python stack:
+    its untagged allocations are (untagged), and the log lists exactly those."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)
+    ).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(512, 256, device="cuda")
+
+    def train_step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    train_step()
+    torch.cuda.synchronize()
+    with trace.Tracer(device="cuda:0", model=model, tag_modules=True) as tr:
+        train_step()
+        torch.cuda.synchronize()
+    keys = [r.location for r in tr.result.module_rows("cuda:0")]
+    assert "untraced:0.weight" in keys and "untraced:Adam.0.weight.exp_avg" in keys
+    assert_views_agree(tr.result, "cuda:0")
