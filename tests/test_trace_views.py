@@ -334,6 +334,29 @@ def test_without_a_model_the_tracer_finds_it():
         assert rows[found[0]] == nbytes(tensor)
 
 
+class Broken(torch.nn.Module):
+    """A module whose own methods fail while the Tracer looks for names."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1000))
+
+    def named_parameters(self, *args, **kwargs):
+        raise RuntimeError("not now")
+
+
+def test_a_module_that_cannot_list_its_tensors_leaves_the_others_named():
+    broken = Broken()
+    model, opt, train_step = trained_probe()
+    with trace.Tracer(device="cpu") as tr:
+        train_step()
+    keys = {r.location for r in tr.result.module_rows("cpu")}
+    assert any(k.endswith("lin.weight") and k.startswith("untraced:") for k in keys), keys
+    assert not any(k.endswith(".w") for k in keys)
+    assert_views_agree(tr.result)
+    del broken
+
+
 def test_start_names_survive_saving_and_loading(tmp_path):
     model, opt, train_step = trained_probe()
     with trace.Tracer(device="cpu", model=model) as tr:

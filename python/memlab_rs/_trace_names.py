@@ -93,25 +93,25 @@ def _has_tensor(module: torch.nn.Module, on_device: tuple[str, int | None]) -> b
 
 
 def _found(cls: type, keep: Any) -> list[Any]:
-    """The live instances of ``cls`` the gc walk finds, passed through ``keep``; nothing
-    is found while a collection is under way (the walk then reads only part of gc)."""
+    """The live instances of ``cls`` the gc walk finds, passed through ``keep``; none
+    where the walk or ``keep`` fails (names are a help: they never stop a trace)."""
+    found: list[Any] = []
     try:
-        found, _strategy, _incomplete = _core._instances_of(cls)
+        found = _core._instances_of(cls)[0]
+        return list(keep(found))
     except Exception:
         return []
-    try:
-        return list(keep(found))
     finally:
-        del found
+        del found  # the walk's references to every instance go now
 
 
 def _roots(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
     """The modules no other module of ``modules`` holds as a child."""
     children: set[int] = set()
     for module in modules:
-        held = getattr(module, "_modules", None)
+        held = module.__dict__.get("_modules")
         if isinstance(held, dict):
-            children.update(id(child) for child in held.values() if child is not None)
+            children.update(id(child) for child in list(held.values()) if child is not None)
     return [m for m in modules if id(m) not in children]
 
 

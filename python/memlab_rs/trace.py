@@ -301,7 +301,7 @@ class TraceResult:
 
     def keywords(
         self,
-        groups: dict[str, list[str]],
+        groups: Mapping[str, str | Sequence[str]],
         expected_sum: int | None | str = "driver",
         device: Any = None,
         by: str = "module",
@@ -474,7 +474,7 @@ class TraceResult:
     def keyword_plot(
         self,
         path: str | os.PathLike,
-        groups: dict[str, list[str]],
+        groups: Mapping[str, str | Sequence[str]],
         expected_sum: int | None | str = "driver",
         device: Any = None,
     ) -> None:
