@@ -4,8 +4,8 @@
 //! or our CPU recorder) becomes plain records (`model`); `blocks` gives every allocation its
 //! true block size; `peak` finds the live set at the highest moment; `group` turns it into
 //! rows by location, tag, keyword and line (files shown as `paths` says); `timeline` samples
-//! it for drawing; `report` runs them per device. The binding (`binding`) hands the results to Python; `render::trace`
-//! turn them into text, CSV, JSON and HTML.
+//! it for drawing; `report` runs them per device. The binding (`binding`) hands the results
+//! to Python; `render::trace` turn them into text, CSV, JSON and HTML.
 
 pub mod binding;
 pub mod blocks;
