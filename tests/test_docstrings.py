@@ -16,6 +16,7 @@ import pytest
         "memlab_rs._memory_viz_export",
         "memlab_rs.trace",
         "memlab_rs._trace_tags",
+        "memlab_rs._trace_names",
         "memlab_rs.estimate",
         "memlab_rs.results",
         "memlab_rs.line_result",

@@ -213,9 +213,17 @@ class LineCollector:
 
 @final
 class TraceAnalysis:
-    def __init__(self, snapshot: dict[str, Any], exclude: list[str]) -> None: ...
+    def __init__(
+        self,
+        snapshot: dict[str, Any],
+        exclude: list[str],
+        full_paths: bool = False,
+        cwd: str | None = None,
+    ) -> None: ...
     @staticmethod
-    def from_pickle(path: str, exclude: list[str]) -> TraceAnalysis: ...
+    def from_pickle(
+        path: str, exclude: list[str], full_paths: bool = False, cwd: str | None = None
+    ) -> TraceAnalysis: ...
     @property
     def source(self) -> str: ...
     @property

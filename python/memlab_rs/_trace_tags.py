@@ -20,7 +20,8 @@ is always set on the thread that runs the hook.
 
 Outside any module the tag is ``"<phase>:"`` where the phase is known (inside a backward,
 inside an optimizer step) and ``""`` otherwise: between the end of the outermost forward and
-the first module backward (the loss and its gradient) no phase is known.
+the first module backward (the loss and its gradient) no phase is known. The trace's module
+view shows ``"<phase>:"`` as ``"<phase>:(no module)"``.
 
 What is not covered (the tag is approximate there):
 - Autograd nodes that run between modules in backward (or before the model's output gets its

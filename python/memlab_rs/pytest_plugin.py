@@ -308,7 +308,8 @@ class _Call:
         try:
             for device in self.limit_of:
                 try:
-                    self.tracers[device] = Tracer(device=device).start()
+                    # Full paths: the table shows them relative to pytest's rootdir itself.
+                    self.tracers[device] = Tracer(device=device, paths="full").start()
                 except RuntimeError as error:  # the CPU trace needs the allocator hook
                     self.notices[device].append(f"no lines at the peak: {error}")
         except BaseException:

@@ -17,10 +17,12 @@ True
 from __future__ import annotations
 
 import json
+import operator
 import os
 import pickle
 import shutil
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ import torch
 
 from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
 from ._torch import device_key
+from ._trace_names import start_names
 
 DEFAULT_MAX_ENTRIES = 1_000_000
 _USER_LIKE = ("demo.py", "models.py")
@@ -68,6 +71,96 @@ def default_exclude() -> list[str]:
     return list(dict.fromkeys(parts))
 
 
+def _exclude_parts(exclude: Any) -> list[str]:
+    """``exclude`` as a list of path parts: None is ``default_exclude()``; one string (or
+    ``os.PathLike``) is one part, never its characters; any other iterable lists parts."""
+    if exclude is None:
+        return default_exclude()
+    if isinstance(exclude, (str, os.PathLike)):
+        items: list[Any] = [exclude]
+    elif isinstance(exclude, (bytes, bytearray, dict)):
+        raise TypeError(
+            f"exclude={exclude!r}: give path parts as a list of str (['torch/', '<stdlib>']), "
+            "one str, or None for default_exclude()"
+        )
+    else:
+        try:
+            items = list(exclude)
+        except TypeError:
+            raise TypeError(
+                f"exclude={exclude!r}: give path parts as a list of str (['torch/', "
+                "'<stdlib>']), one str, or None for default_exclude()"
+            ) from None
+    parts = []
+    for i, item in enumerate(items):
+        part = os.fspath(item) if isinstance(item, os.PathLike) else item
+        if not isinstance(part, str):
+            raise TypeError(
+                f"exclude[{i}]={item!r}: each path part must be a str (a file whose path "
+                "contains it is not a location)"
+            )
+        if not part:
+            raise ValueError(
+                f"exclude[{i}] is an empty string: it is part of every path, so no frame "
+                "could be a location; leave it out (exclude=[] shows every frame)"
+            )
+        parts.append(part)
+    return parts
+
+
+def _paths(paths: Any, name: str = "paths") -> str:
+    """``paths`` checked: ``"short"`` or ``"full"``."""
+    if not isinstance(paths, str) or paths not in ("short", "full"):
+        raise ValueError(
+            f"{name}={paths!r}: use 'short' (packages from their directory, files here "
+            "relative to the working directory) or 'full' (paths as recorded)"
+        )
+    return paths
+
+
+def _cwd() -> str | None:
+    """The working directory, which short paths are relative to (None if it is gone)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _keyword_groups(groups: Any) -> list[tuple[str, list[str]]]:
+    """``groups`` as (name, keywords) pairs: one string is one keyword, never its
+    characters."""
+    if not isinstance(groups, Mapping):
+        raise TypeError(
+            f"groups={groups!r}: give a dict of group name -> keywords, e.g. "
+            '{"weights": ["weight"], "attention": ["attn"]}'
+        )
+    out = []
+    for name, words in groups.items():
+        if not isinstance(name, str):
+            raise TypeError(f"groups: the group name {name!r} must be a str")
+        listed = [words] if isinstance(words, str) else words
+        try:
+            listed = list(listed)
+        except TypeError:
+            raise TypeError(
+                f"groups[{name!r}]={words!r}: give the group's keywords as a list of str "
+                "(or one str)"
+            ) from None
+        for word in listed:
+            if not isinstance(word, str):
+                raise TypeError(
+                    f"groups[{name!r}]: the keyword {word!r} must be a str (a row goes to the "
+                    "first group with a keyword in its name)"
+                )
+            if not word:
+                raise ValueError(
+                    f"groups[{name!r}] has an empty keyword: it is part of every name, so the "
+                    "group would take every row; leave it out"
+                )
+        out.append((name, listed))
+    return out
+
+
 @dataclass(frozen=True)
 class PeakRow:
     """One row of the peak table: the allocations of one location (or module) alive at the
@@ -102,25 +195,35 @@ class TraceResult:
     def __init__(
         self,
         snapshot: dict,
-        exclude: list[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
         meta: dict[str, Any] | None = None,
+        paths: str = "short",
     ):
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
-        self.exclude = list(default_exclude() if exclude is None else exclude)
-        self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
+        self.exclude = _exclude_parts(exclude)
+        #: How files are shown: ``"short"`` or ``"full"`` (see ``Tracer``).
+        self.paths = _paths(paths)
+        self._analysis = _core.TraceAnalysis(snapshot, self.exclude, paths == "full", _cwd())
+        # Whether the CUDA driver's reading now can stand for the recording's device
+        # (keywords' expected_sum="driver"): not for a result read from a file.
+        self._driver_applies = True
         #: Where and when the result was made (``results.run_meta``); ``device`` is the
         #: device recorded when there is one.
         self.meta = self._made_here() if meta is None else meta
 
     @classmethod
-    def _from_analysis(cls, analysis: Any, path: str, exclude: list[str]) -> TraceResult:
+    def _from_analysis(
+        cls, analysis: Any, path: str, exclude: list[str], paths: str
+    ) -> TraceResult:
         """A result read straight from the pickle at `path` (its dict is loaded on demand)."""
         result = cls.__new__(cls)
         result._snapshot = None
         result._path = path
         result.exclude = exclude
+        result.paths = paths
         result._analysis = analysis
+        result._driver_applies = False
         result.meta = result._made_here(snapshot_file=os.path.abspath(path))
         return result
 
@@ -181,7 +284,10 @@ class TraceResult:
         return [PeakRow(*row) for row in self._analysis.rows(self._index(device))]
 
     def module_rows(self, device: Any = None) -> list[PeakRow]:
-        """The same live set by ``phase:module`` tag (forward, backward, optimizer)."""
+        """The same live set by ``phase:module`` tag (forward, backward, optimizer): the
+        recorded tag, else what the frames say, else ``(untagged)``; a phase with no module
+        reads ``phase:(no module)``. Every module view (``module_text``, ``to_csv``,
+        ``to_json``, HTML, ``keywords``, ``untagged_log``) reads this one grouping."""
         return [PeakRow(*row) for row in self._analysis.module_rows(self._index(device))]
 
     def notices(self, device: Any = None) -> list[str]:
@@ -195,7 +301,7 @@ class TraceResult:
 
     def keywords(
         self,
-        groups: dict[str, list[str]],
+        groups: Mapping[str, str | Sequence[str]],
         expected_sum: int | None | str = "driver",
         device: Any = None,
         by: str = "module",
@@ -203,21 +309,89 @@ class TraceResult:
         """The tagging profiler's keyword groups: each row of the live set at the peak goes
         to the first group with a keyword in its tag (``by="module"``) or location
         (``by="location"``); ``Others`` takes the rest; ``Untrackable`` is ``expected_sum``
-        minus what was tracked. ``expected_sum="driver"`` (the default) asks the CUDA driver
-        what is used on the device now: that includes the CUDA context, the allocator's
-        cache, other libraries' memory and other processes; None leaves Untrackable out."""
+        minus what was tracked (the bytes alive at the peak). ``expected_sum="driver"`` (the
+        default) asks the CUDA driver what is used on the device now: that includes the CUDA
+        context, the allocator's cache, other libraries' memory and other processes. Where
+        the driver cannot tell (a CPU trace, a trace read from a file, no driver, less in
+        use now than at the peak) Untrackable is left out with a warning saying why; None
+        leaves it out quietly. Bytes below what was tracked are a ValueError.
+
+        >>> import torch, memlab_rs.trace as trace
+        >>> with trace.Tracer(device="cpu") as tr:
+        ...     w = torch.empty(256, 1024)
+        >>> groups = tr.result.keywords({"big": ["untraced"]}, expected_sum=None)
+        >>> [name for name, _ in groups]
+        ['big', 'Others']
+        """
+        return self._keywords(groups, expected_sum, device, by)
+
+    def _keywords(
+        self, groups: Any, expected_sum: Any, device: Any, by: str, stacklevel: int = 3
+    ) -> list[tuple[str, int]]:
         if by not in ("module", "location"):
             raise ValueError(f"by={by!r}: use 'module' or 'location'")
         index = self._index(device)
-        expected: int | None
-        if expected_sum == "driver":
-            expected = _driver_used(index) if self.source == "cuda" else None
-        elif expected_sum is None or isinstance(expected_sum, int):
-            expected = expected_sum
-        else:
-            raise TypeError(f"expected_sum={expected_sum!r}: give bytes, None or 'driver'")
-        items = [(name, list(words)) for name, words in groups.items()]
-        return self._analysis.keywords(index, items, expected, by == "module")
+        items = _keyword_groups(groups)
+        found = self._analysis.keywords(index, items, None, by == "module")
+        tracked = self.max_mem(device)  # the rows add up to it
+        expected = self._expected_sum(expected_sum, index, tracked, stacklevel + 1)
+        if expected is not None:
+            found.append(("Untrackable", expected - tracked))
+        return found
+
+    def _expected_sum(self, expected_sum: Any, index: int, tracked: int, stacklevel: int):
+        """The bytes Untrackable is counted from, or None to leave it out (warning why,
+        where the default could not be honoured)."""
+        if isinstance(expected_sum, str):
+            if expected_sum != "driver":
+                raise ValueError(
+                    f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
+                )
+            why = None
+            if self.source != "cuda":
+                why = "this trace recorded CPU memory, which the CUDA driver does not count"
+            elif not self._driver_applies:
+                why = (
+                    "this trace was read from a file, and the driver can only say what this "
+                    "machine uses now"
+                )
+            else:
+                used = _driver_used(index)
+                if used is None:
+                    why = "the CUDA driver could not be read here"
+                elif used < tracked:
+                    why = (
+                        f"the driver says {used} bytes are used on cuda:{index} now, less than "
+                        f"the {tracked} bytes alive at the peak (memory was given back since, "
+                        "e.g. by torch.cuda.empty_cache())"
+                    )
+                else:
+                    return used
+            warnings.warn(
+                f"keywords(expected_sum='driver'): {why}; Untrackable is left out. Pass the "
+                "bytes you expect at the peak, or expected_sum=None to leave it out without "
+                "this warning",
+                stacklevel=stacklevel,
+            )
+            return None
+        if expected_sum is None:
+            return None
+        if isinstance(expected_sum, bool):
+            raise TypeError(f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'")
+        try:
+            expected = operator.index(expected_sum)
+        except TypeError:
+            raise TypeError(
+                f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
+            ) from None
+        if expected < tracked:
+            raise ValueError(
+                f"expected_sum={expected} is less than the {tracked} bytes alive at the peak "
+                "(what the groups add up to), so Untrackable would be negative; pass the total "
+                "you expect at the peak in bytes (torch.cuda.max_memory_reserved(), say), or "
+                "None to leave Untrackable out"
+            )
+        return expected
 
     # -- renderings ------------------------------------------------------------------
     def text(self) -> str:
@@ -253,7 +427,8 @@ class TraceResult:
         return text
 
     def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
-        """The stacks of allocations alive at the peak that carry no module tag."""
+        """The stacks of the allocations of the module view's ``(untagged)`` row (neither a
+        tag nor their frames place them in a phase), biggest first; they add up to it."""
         text = self._analysis.untagged_log(self._index(device))
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
@@ -299,7 +474,7 @@ class TraceResult:
     def keyword_plot(
         self,
         path: str | os.PathLike,
-        groups: dict[str, list[str]],
+        groups: Mapping[str, str | Sequence[str]],
         expected_sum: int | None | str = "driver",
         device: Any = None,
     ) -> None:
@@ -307,7 +482,7 @@ class TraceResult:
         from ._trace_plots import keyword_plot_png
 
         mib = 1 << 20
-        found = self.keywords(groups, expected_sum, device)
+        found = self._keywords(groups, expected_sum, device, "module")
         expected = sum(b for _, b in found)
         keyword_plot_png([(g, b / mib) for g, b in found], expected / mib, path)
 
@@ -331,11 +506,17 @@ class TraceResult:
             pickle.dump(self.snapshot, f, protocol=4)
 
     def to_data(self) -> dict[str, Any]:
-        """The result as JSON values (a saved file's ``data``): ``source``, ``exclude``, and
-        the snapshot with its frames and stacks listed once (``frames``, ``stacks``)."""
+        """The result as JSON values (a saved file's ``data``): ``source``, ``exclude``,
+        ``paths``, and the snapshot with its frames and stacks listed once (``frames``,
+        ``stacks``)."""
         from ._trace_saved import encode
 
-        return {"source": self.source, "exclude": list(self.exclude), **encode(self.snapshot)}
+        return {
+            "source": self.source,
+            "exclude": list(self.exclude),
+            "paths": self.paths,
+            **encode(self.snapshot),
+        }
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TraceResult:
@@ -346,7 +527,9 @@ class TraceResult:
         if not all(isinstance(p, str) for p in exclude):
             raise ValueError('trace: "exclude" must be a list of strings')
         source = results.expect(data, "source", str, "trace")
-        result = cls(decode(data), exclude, meta)
+        paths = _paths(data.get("paths", "short"), 'trace: "paths"')  # older files: short
+        result = cls(decode(data), exclude, meta, paths)
+        result._driver_applies = False
         if result.source != source:
             raise ValueError(
                 f'trace: "source" says {source!r} but the snapshot is a {result.source} one'
@@ -380,37 +563,55 @@ def _driver_used(index: int) -> int | None:
     return None if found is None else found[0]
 
 
-def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> TraceResult:
+def load(
+    source: str | os.PathLike | dict,
+    exclude: str | Sequence[str] | None = None,
+    paths: str | None = None,
+) -> TraceResult:
     """Analyse a snapshot you already have: a pickle from
     ``torch.cuda.memory._dump_snapshot`` (or ``TraceResult.save``), a ``trace`` result
     file (``TraceResult.save("x.json")``, gzip or not), a snapshot as JSON
     (``export_memory_viz(format="json")``), or the dict of ``torch.cuda.memory._snapshot()``.
-    Runs anywhere, GPU or not. ``exclude`` replaces a result file's own exclude list.
+    Runs anywhere, GPU or not. ``exclude`` (path parts whose frames are not a location; one
+    str is one part) and ``paths`` (``"short"``, the default, or ``"full"``: see
+    ``Tracer``) replace a result file's own.
 
     >>> import memlab_rs.trace as trace
     >>> trace.load({"segments": [], "device_traces": [[]]}).devices
     []
     """
+    excluded = None if exclude is None else _exclude_parts(exclude)
+    shown = None if paths is None else _paths(paths)
     if isinstance(source, dict):
-        return TraceResult(source, exclude)
+        return TraceResult(source, excluded, paths=shown or "short")
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"load() takes a path or a snapshot dict, got {type(source).__name__}")
     path = os.fspath(source)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+    result = _load_file(path, excluded, shown)
+    result._driver_applies = False  # the driver here now says nothing of that recording
+    return result
+
+
+def _load_file(path: str, excluded: list[str] | None, shown: str | None) -> TraceResult:
+    """The result in the file at ``path``: JSON (a result file or a snapshot), else a
+    snapshot pickle."""
     if _is_json(path):
-        return _load_json(path, exclude)
-    excluded = list(default_exclude() if exclude is None else exclude)
+        return _load_json(path, excluded, shown)
+    if excluded is None:
+        excluded = default_exclude()
+    shown = shown or "short"
     try:
         # Streams the pickle into compact records: no dict of the whole snapshot in memory.
-        analysis = _core.TraceAnalysis.from_pickle(path, excluded)
+        analysis = _core.TraceAnalysis.from_pickle(path, excluded, shown == "full", _cwd())
     except FileNotFoundError:
         raise FileNotFoundError(f"no snapshot file at {path!r}") from None
     except NotImplementedError:
         # A checked pickle the streaming reader does not read (protocols 0 and 1, plain data
         # laid out unlike a snapshot): the plain-data unpickler reads it.
-        return TraceResult(_read_pickle(path), excluded)
-    return TraceResult._from_analysis(analysis, path, excluded)
+        return TraceResult(_read_pickle(path), excluded, paths=shown)
+    return TraceResult._from_analysis(analysis, path, excluded, shown)
 
 
 def _is_json(path: str) -> bool:
@@ -423,7 +624,7 @@ def _is_json(path: str) -> bool:
     return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{"
 
 
-def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
+def _load_json(path: str, exclude: list[str] | None, shown: str | None) -> TraceResult:
     """A ``trace`` result file, or a snapshot written as JSON."""
     try:
         doc = results.read_document(path)
@@ -439,11 +640,16 @@ def _load_json(path: str, exclude: list[str] | None) -> TraceResult:
                 f"{path}: a memlab_rs {found.kind} result, not a trace; read it with "
                 "memlab_rs.load"
             )
-        if exclude is None:
+        if exclude is None and shown in (None, found.paths):
             return found
-        return TraceResult(found.snapshot, exclude, found.meta)
+        return TraceResult(
+            found.snapshot,
+            found.exclude if exclude is None else exclude,
+            found.meta,
+            shown or found.paths,
+        )
     if isinstance(doc, dict) and "segments" in doc and "device_traces" in doc:
-        result = TraceResult(doc, exclude)
+        result = TraceResult(doc, exclude, paths=shown or "short")
         result.meta["snapshot_file"] = os.path.abspath(path)
         return result
     raise ValueError(
@@ -495,13 +701,21 @@ class Tracer:
 
     ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"``/``N``, or None (CUDA when torch sees a
     GPU, else CPU). ``max_entries`` bounds the history (a ring buffer: the oldest entries
-    go, and the report says so). ``model``: names modules by their path in it when tagging.
+    go, and the report says so). ``model``: names modules by their path in it when tagging,
+    and names what was alive at the start by tensor in the module view
+    (``untraced:0.weight``, ``untraced:0.weight.grad``, ``untraced:Adam.0.weight.exp_avg``;
+    optimizers are found alive); without it, the root modules found alive name them.
     ``tag_modules``: record the module and phase running each allocation (module hooks;
     ``True``: forward, backward and optimizer step; ``"forward"``: forward and optimizer
     only, cheaper; ``False``, the default: no hooks, and the module view reads the phase
     and the innermost ``forward`` from each allocation's frames instead). Module hooks cost
     nothing on a GPU-bound step but slow a CPU-bound one (GPT-2 at batch 1x64: 1.19x on top
-    of the history's 1.11x); see the guide.
+    of the history's 1.11x); see the guide. ``exclude``: the path parts whose frames are not
+    a location (None: ``default_exclude()``; one str is one part, ``[]`` shows every frame).
+    ``paths``: how files are shown in the rows and stacks: ``"short"`` (the default, as the
+    peak tracer shows them: an installed package's file from its package down,
+    ``.../transformers/models/llama/modeling_llama.py``; a file under the working directory
+    of ``start()`` relative to it, ``models/gpt.py``; any other in full) or ``"full"``.
 
     On CUDA the allocator's history is turned on with Python stacks for alloc events (unless
     you already had it on: then your setting is kept) and turned back off on stop; the
@@ -521,7 +735,8 @@ class Tracer:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         model: torch.nn.Module | None = None,
         tag_modules: bool | str = False,
-        exclude: list[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        paths: str = "short",
     ):
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries={max_entries!r}: give a positive int")
@@ -550,11 +765,15 @@ class Tracer:
         self.max_entries = max_entries
         self.model = model
         self.tag_modules = tag_modules
-        self.exclude = exclude
+        # None: default_exclude() when the result is made; one str is one path part.
+        self.exclude = None if exclude is None else _exclude_parts(exclude)
+        self.paths = _paths(paths)
         self.result: TraceResult | None = None
         self._running = False
         self._we_enabled = False
         self._start: dict[str, Any] = {}
+        self._names: list[list[Any]] = []
+        self._cwd: str | None = None
         self._tagger: Any = None
 
     def start(self) -> Tracer:
@@ -563,17 +782,20 @@ class Tracer:
         if self._running:
             raise RuntimeError("this Tracer is already recording; stop() it first")
         undo: list[Callable[[], object]] = []
+        self._cwd = _cwd()  # what short paths are relative to, wherever the result is read
         try:
             if self.cuda:
                 from . import _cuda_history
 
                 _cuda_history.ensure_initialised()
+                self._names = start_names(self.model, self.device)
                 self._we_enabled = not _cuda_history.history_enabled()
                 if self._we_enabled:
                     _cuda_history.enable(self.max_entries)
                     undo.append(_cuda_history.disable)
                 self._start = _cuda_history.start_layout()
             else:
+                self._names = start_names(self.model, self.device)
                 _core._cpu_trace_start(self.max_entries)
                 undo.append(_core._cpu_trace_stop)
             if self.tag_modules:
@@ -616,7 +838,12 @@ class Tracer:
             }
         else:
             snapshot = _core._cpu_trace_stop()
-        self.result = TraceResult(snapshot, self.exclude, results.run_meta(self.device))
+        # What was alive at the start, by tensor: the module view's untraced:<name> rows.
+        snapshot["memlab_rs"]["start"]["names"] = self._names
+        snapshot["memlab_rs"]["cwd"] = self._cwd
+        self._names = []
+        meta = results.run_meta(self.device)
+        self.result = TraceResult(snapshot, self.exclude, meta, self.paths)
         return self.result
 
     def __enter__(self) -> Tracer:

@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 use super::group::{by_keyword, by_line, Locator, Row};
 use super::load::from_snapshot;
 use super::model::Source;
+use super::paths::Paths;
 use super::pickle_guard::{check_file, Refusal};
 use super::pickle_stream::from_pickle;
 use super::report::{analyse, DeviceReport, Report};
@@ -41,10 +42,19 @@ impl TraceAnalysis {
 impl TraceAnalysis {
     /// Analyse `snapshot` (a dict in torch's `_snapshot()` schema). `exclude`: path prefixes
     /// whose frames are not a location (torch, the standard library, memlab_rs).
+    /// `full_paths`: show files as recorded; else shortened (`paths`), relative to `cwd`
+    /// unless the recording saved its own working directory.
     #[new]
-    fn new(py: Python<'_>, snapshot: &Bound<'_, PyAny>, exclude: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (snapshot, exclude, full_paths=false, cwd=None))]
+    fn new(
+        py: Python<'_>,
+        snapshot: &Bound<'_, PyAny>,
+        exclude: Vec<String>,
+        full_paths: bool,
+        cwd: Option<String>,
+    ) -> PyResult<Self> {
         let trace = from_snapshot(py, snapshot)?;
-        let locator = Locator { exclude };
+        let locator = locator(exclude, full_paths, cwd);
         let report = py.detach(move || analyse(trace, &locator));
         Ok(TraceAnalysis { report })
     }
@@ -55,8 +65,15 @@ impl TraceAnalysis {
     /// `NotImplementedError` for a checked pickle it does not read (protocols 0-1, plain
     /// data laid out unlike a snapshot): the plain-data unpickler reads those.
     #[staticmethod]
-    fn from_pickle(py: Python<'_>, path: String, exclude: Vec<String>) -> PyResult<Self> {
-        let locator = Locator { exclude };
+    #[pyo3(signature = (path, exclude, full_paths=false, cwd=None))]
+    fn from_pickle(
+        py: Python<'_>,
+        path: String,
+        exclude: Vec<String>,
+        full_paths: bool,
+        cwd: Option<String>,
+    ) -> PyResult<Self> {
+        let locator = locator(exclude, full_paths, cwd);
         let report = py.detach(move || from_pickle(&path).map(|trace| analyse(trace, &locator)))?;
         Ok(TraceAnalysis { report })
     }
@@ -186,6 +203,15 @@ impl TraceAnalysis {
         out.set_item("notices", self.report.notices(d))?;
         Ok(out)
     }
+}
+
+fn locator(exclude: Vec<String>, full_paths: bool, cwd: Option<String>) -> Locator {
+    let paths = if full_paths {
+        Paths::Full
+    } else {
+        Paths::Short { cwd }
+    };
+    Locator { exclude, paths }
 }
 
 /// Check the pickle at `path` before anything reads it (`pickle_guard`): plain data only,

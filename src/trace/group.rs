@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::model::{StackId, Trace, NONE};
+use super::paths::Paths;
 use super::peak::Live;
 
 pub const UNTRACED: &str = "untraced";
@@ -20,10 +21,12 @@ fn is_stdlib(filename: &str) -> bool {
 
 /// Which frames are not "the user's": files whose path contains one of these parts (torch,
 /// the standard library, memlab_rs by default; `STDLIB` for any standard library) and
-/// pseudo-files such as `<frozen importlib._bootstrap>`.
+/// pseudo-files such as `<frozen importlib._bootstrap>`. `paths`: how files are shown (the
+/// reader's choice; a recording's own working directory replaces the reader's).
 #[derive(Clone, Debug, Default)]
 pub struct Locator {
     pub exclude: Vec<String>,
+    pub paths: Paths,
 }
 
 impl Locator {
@@ -36,8 +39,9 @@ impl Locator {
     }
 
     /// The location of every stack: `path:line (function)` of its innermost frame outside
-    /// the excluded files, or of its innermost frame when all are excluded.
-    pub fn locations(&self, trace: &Trace) -> Vec<String> {
+    /// the excluded files, or of its innermost frame when all are excluded; the path as
+    /// `paths` shows it (exclusion reads the full path).
+    pub fn locations(&self, trace: &Trace, paths: &Paths) -> Vec<String> {
         let mut by_file: HashMap<u32, bool> = HashMap::new();
         trace
             .stacks
@@ -58,7 +62,7 @@ impl Locator {
                         let frame = trace.frames[f as usize];
                         format!(
                             "{}:{} ({})",
-                            trace.text(frame.filename),
+                            paths.show(trace.text(frame.filename)),
                             frame.line,
                             trace.text(frame.name)
                         )
@@ -175,10 +179,50 @@ pub fn by_location(live: &[Live], locations: &[String]) -> Vec<Row> {
     rows_from(groups)
 }
 
-/// The live set by tag (`phase:module path`).
-/// Untagged allocations take the tag their frames give (`frame_tags`), if any.
-pub fn by_tag(trace: &Trace, live: &[Live], frame_tags: &[String]) -> Vec<Row> {
-    let mut groups: HashMap<String, Vec<u64>> = HashMap::new();
+/// The phases a `phase:module` tag names (the module tagger's and `frame_tags`').
+const PHASES: [&str; 3] = ["forward:", "backward:", "optimizer:"];
+
+/// What an empty module after a phase is shown as: memory of that phase made in no module
+/// the trace can name (the model's own code around its submodules, whose path in
+/// `named_modules()` is empty; autograd's nodes outside any module's backward; an
+/// allocation whose frames show the phase but no user `forward`).
+pub const NO_MODULE: &str = "(no module)";
+
+/// The module view's key for a tag: `phase:` alone becomes `phase:(no module)`; any other
+/// tag (a module's, a user's own `_set_memory_metadata` text) is kept as it is.
+fn module_key(tag: &str) -> String {
+    if PHASES.contains(&tag) {
+        format!("{tag}{NO_MODULE}")
+    } else {
+        tag.to_owned()
+    }
+}
+
+/// Which row of the module view each allocation alive at the peak is in: decided once per
+/// device, here, and read by every module view (the rows, their text, CSV, JSON and HTML,
+/// the keyword groups, the untagged log), so no two of them can disagree.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleGroups {
+    /// The row keys, in the order first met.
+    pub keys: Vec<String>,
+    /// For each allocation of the live set (in its order), the index of its key.
+    pub of_live: Vec<u32>,
+}
+
+impl ModuleGroups {
+    /// The key of the `i`th allocation of the live set.
+    pub fn key_of(&self, i: usize) -> &str {
+        &self.keys[self.of_live[i] as usize]
+    }
+}
+
+/// Each allocation of the live set gets, in this order: if it was alive before recording
+/// began, `untraced:<name>` with the name the Tracer found for it (`Trace::start_names`),
+/// else `untraced`; its recorded tag; the tag its frames give (`frame_tags`); else
+/// `(untagged)`. Tags pass through `module_key`.
+pub fn module_groups(trace: &Trace, live: &[Live], frame_tags: &[String]) -> ModuleGroups {
+    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut groups = ModuleGroups::default();
     for l in live {
         let from_frames = if l.stack == NONE {
             ""
@@ -186,17 +230,37 @@ pub fn by_tag(trace: &Trace, live: &[Live], frame_tags: &[String]) -> Vec<Row> {
             frame_tags[l.stack as usize].as_str()
         };
         let key = if l.untraced {
-            UNTRACED
-        } else if l.tag != NONE {
-            trace.text(l.tag)
+            match trace.start_names.get(&l.addr) {
+                Some(&name) => format!("{UNTRACED}:{}", trace.text(name)),
+                None => UNTRACED.to_owned(),
+            }
+        } else if l.tag != NONE && !trace.text(l.tag).is_empty() {
+            module_key(trace.text(l.tag))
         } else if !from_frames.is_empty() {
-            from_frames
+            module_key(from_frames)
         } else {
-            UNTAGGED
+            UNTAGGED.to_owned()
         };
-        groups.entry(key.to_owned()).or_default().push(l.bytes);
+        let next = groups.keys.len() as u32;
+        let id = *index.entry(key).or_insert_with_key(|key| {
+            groups.keys.push(key.clone());
+            next
+        });
+        groups.of_live.push(id);
     }
-    rows_from(groups)
+    groups
+}
+
+/// The live set by module (`phase:module path`), as `groups` assigns it.
+pub fn by_module(live: &[Live], groups: &ModuleGroups) -> Vec<Row> {
+    let mut sizes: HashMap<String, Vec<u64>> = HashMap::new();
+    for (i, l) in live.iter().enumerate() {
+        sizes
+            .entry(groups.key_of(i).to_owned())
+            .or_default()
+            .push(l.bytes);
+    }
+    rows_from(sizes)
 }
 
 /// Keyword groups, the tagging profiler's way: each row goes to the first group with a

@@ -136,6 +136,11 @@ pub struct Trace {
     pub settings: Settings,
     /// What the recorder or the loader knows to be incomplete.
     pub notices: Vec<String>,
+    /// Names of what was alive when recording began, by address (parameters, gradients,
+    /// optimizer state: `memlab_rs.start.names`, taken by the Tracer).
+    pub start_names: IntMap<u64, StrId>,
+    /// The working directory of the recording (`memlab_rs.cwd`), when the Tracer saved it.
+    pub cwd: Option<String>,
     string_ids: HashMap<String, StrId>,
     stack_ids: HashMap<Vec<u32>, StackId>,
     frame_ids: HashMap<Frame, u32>,
@@ -151,6 +156,8 @@ impl Trace {
             devices: Vec::new(),
             settings: Settings::default(),
             notices: Vec::new(),
+            start_names: IntMap::default(),
+            cwd: None,
             string_ids: HashMap::new(),
             stack_ids: HashMap::new(),
             frame_ids: HashMap::new(),

@@ -139,6 +139,8 @@ struct Extra<N> {
     start_marker: Option<String>,
     start_segments: Option<N>,
     start_live: Option<N>,
+    start_names: Option<N>,
+    cwd: Option<String>,
     dropped: u64,
     no_stack: u64,
 }
@@ -150,6 +152,8 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
         start_marker: None,
         start_segments: None,
         start_live: None,
+        start_names: None,
+        cwd: None,
         dropped: 0,
         no_stack: 0,
     };
@@ -165,6 +169,11 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
         }
     }
     out.dropped = u64_at(doc, &ours, "dropped")?;
+    if let Some(cwd) = doc.get(&ours, "cwd")? {
+        if !doc.is_none(&cwd) {
+            out.cwd = Some(doc.text(&cwd)?);
+        }
+    }
     out.no_stack = u64_at(doc, &ours, "no_stack")?;
     if let Some(start) = doc.get(&ours, "start")? {
         if !doc.is_dict(&start) {
@@ -178,8 +187,34 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
             }
         }
         out.start_live = doc.get(&start, "live")?;
+        out.start_names = doc.get(&start, "names")?;
     }
     Ok(out)
+}
+
+/// `memlab_rs.start.names`: `[address, name]` pairs, the tensors alive when recording
+/// began (interned into the trace).
+fn start_names<D: Doc>(doc: &mut D, names: &D::Node) -> PyResult<()> {
+    let pairs_err = || bad("'memlab_rs.start.names' holds [address, name] pairs");
+    let Some(pairs) = doc.items(names)? else {
+        return Err(pairs_err());
+    };
+    for pair in pairs {
+        let Some(items) = doc.items(&pair).map_err(|_| pairs_err())? else {
+            return Err(pairs_err());
+        };
+        let [address, name] = &items[..] else {
+            return Err(pairs_err());
+        };
+        let address = match doc.int(address) {
+            Ok(Some(n)) if (0..=u64::MAX as i128).contains(&n) => n as u64,
+            _ => return Err(pairs_err()),
+        };
+        let name = doc.text(name)?;
+        let id = doc.trace().string(&name);
+        doc.trace().start_names.entry(address).or_insert(id);
+    }
+    Ok(())
 }
 
 fn settings<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<()> {
@@ -236,6 +271,10 @@ impl Parts {
     pub fn read<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Parts> {
         let extra = extra(doc, snapshot)?;
         doc.trace().source = extra.source;
+        doc.trace().cwd = extra.cwd.clone();
+        if let Some(names) = &extra.start_names {
+            start_names(doc, names)?;
+        }
         settings(doc, snapshot)?;
         let list = doc.get(snapshot, "segments")?;
         let end = segments(doc, list)?;

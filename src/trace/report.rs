@@ -2,8 +2,9 @@
 //! location and by tag, per device. Pure: no Python, no I/O.
 
 use super::blocks::{block_sizes, Sizes};
-use super::group::{by_location, by_tag, Locator, Row};
+use super::group::{by_location, by_module, module_groups, Locator, ModuleGroups, Row};
 use super::model::{Source, Trace};
+use super::paths::Paths;
 use super::peak::{peak, running_total, Peak};
 use super::timeline::{timeline, Timeline};
 
@@ -11,6 +12,9 @@ pub struct DeviceReport {
     pub device: i32,
     pub peak: Peak,
     pub rows: Vec<Row>,
+    /// Which module row each allocation of `peak.live` is in (every module view reads it).
+    pub modules: ModuleGroups,
+    /// The rows of the module view.
     pub tags: Vec<Row>,
     pub notices: Vec<String>,
     sizes: Sizes,
@@ -21,6 +25,8 @@ pub struct Report {
     pub trace: Trace,
     /// The location key of every stack.
     pub locations: Vec<String>,
+    /// How files are shown (rows and stacks alike).
+    pub paths: Paths,
     pub devices: Vec<DeviceReport>,
 }
 
@@ -73,7 +79,8 @@ impl Report {
 }
 
 pub fn analyse(trace: Trace, locator: &Locator) -> Report {
-    let locations = locator.locations(&trace);
+    let paths = locator.paths.clone().recorded_in(trace.cwd.as_deref());
+    let locations = locator.locations(&trace, &paths);
     let frame_tags = locator.frame_tags(&trace);
     let mut devices = Vec::new();
     for device in &trace.devices {
@@ -81,7 +88,8 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
         let (start, totals) = running_total(device, &sizes);
         let peak = peak(device, &sizes, &totals, start);
         let rows = by_location(&peak.live, &locations);
-        let tags = by_tag(&trace, &peak.live, &frame_tags);
+        let modules = module_groups(&trace, &peak.live, &frame_tags);
+        let tags = by_module(&peak.live, &modules);
         let mut notices = Vec::new();
         if sizes.inferred_start && trace.source == Source::Cuda {
             notices.push(
@@ -114,6 +122,7 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
             device: device.device,
             peak,
             rows,
+            modules,
             tags,
             notices,
             sizes,
@@ -123,6 +132,7 @@ pub fn analyse(trace: Trace, locator: &Locator) -> Report {
     Report {
         trace,
         locations,
+        paths,
         devices,
     }
 }

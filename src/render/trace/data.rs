@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 
 use crate::render::escape::string;
-use crate::trace::group::{Row, UNTRACED};
-use crate::trace::model::NONE;
+use crate::trace::group::{Row, UNTAGGED, UNTRACED};
 use crate::trace::report::{DeviceReport, Report};
 
 const MIB: f64 = 1048576.0;
@@ -24,15 +23,12 @@ pub fn tag_csv(device: &DeviceReport) -> String {
     out
 }
 
-/// The stacks of the allocations alive at the peak that carry no tag, biggest first.
+/// The stacks of the allocations of the module view's `(untagged)` row (neither a recorded
+/// tag nor one their frames give), biggest first: they add up to that row.
 pub fn untagged_log(report: &Report, device: &DeviceReport) -> String {
     let mut by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
-    for l in device
-        .peak
-        .live
-        .iter()
-        .filter(|l| !l.untraced && l.tag == NONE)
-    {
+    let live = device.peak.live.iter().enumerate();
+    for (_, l) in live.filter(|(i, _)| device.modules.key_of(*i) == UNTAGGED) {
         let entry = by_stack.entry(l.stack).or_default();
         entry.0 += l.bytes;
         entry.1 += 1;
@@ -53,7 +49,7 @@ pub fn untagged_log(report: &Report, device: &DeviceReport) -> String {
             let frame = report.trace.frames[f as usize];
             out.push_str(&format!(
                 "  {}:{} ({})\n",
-                report.trace.text(frame.filename),
+                report.paths.show(report.trace.text(frame.filename)),
                 frame.line,
                 report.trace.text(frame.name)
             ));

@@ -3,7 +3,7 @@
 
 use crate::render::escape::escape;
 use crate::size::human_bytes;
-use crate::trace::group::Row;
+use crate::trace::group::{Row, UNTAGGED, UNTRACED};
 use crate::trace::report::Report;
 
 const STYLE: &str = "<style>\
@@ -56,7 +56,7 @@ pub fn render(report: &Report) -> String {
         );
         if d.tags
             .iter()
-            .any(|r| r.key != "untraced" && r.key != "(untagged)")
+            .any(|r| r.key != UNTRACED && r.key != UNTAGGED)
         {
             table(&mut out, &format!("{name}: by module"), "Module", &d.tags);
         }
