@@ -9,8 +9,9 @@ pub mod line_profiler;
 pub mod monitor;
 pub mod render;
 pub mod reporter;
-pub mod size;
+pub mod results;
 pub mod stats;
+pub mod text;
 pub mod trace;
 pub mod tracker;
 
@@ -20,8 +21,8 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The one source of the version: Cargo.toml (pyproject.toml takes it from there too).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_function(wrap_pyfunction!(size::readable_size, m)?)?;
-    m.add_function(wrap_pyfunction!(size::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(text::size::readable_size, m)?)?;
+    m.add_function(wrap_pyfunction!(text::size::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;

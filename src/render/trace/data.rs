@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::render::escape::string;
+use crate::text::escape::string;
 use crate::trace::group::{Row, UNTRACED};
 use crate::trace::model::NONE;
 use crate::trace::report::{DeviceReport, Report};
