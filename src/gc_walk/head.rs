@@ -18,7 +18,10 @@ pub fn node_of(object: *mut ffi::PyObject) -> usize {
     object as usize - HEAD_SIZE
 }
 
-/// SAFETY: `node` is a node of a live gc list.
+/// The node after `node`, unchecked.
+///
+/// # Safety
+/// `node` must be a node of a live gc list.
 pub unsafe fn next_of(node: usize) -> usize {
     unsafe { (*(node as *const GcHead)).next }
 }
