@@ -10,8 +10,9 @@ pub mod line_profiler;
 pub mod monitor;
 pub mod render;
 pub mod reporter;
-pub mod size;
-pub mod stats;
+pub mod results;
+pub mod sources;
+pub mod text;
 pub mod trace;
 pub mod tracker;
 
@@ -21,10 +22,10 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The one source of the version: Cargo.toml (pyproject.toml takes it from there too).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_function(wrap_pyfunction!(size::readable_size, m)?)?;
-    m.add_function(wrap_pyfunction!(size::parse_size, m)?)?;
-    m.add_function(wrap_pyfunction!(stats::driver::driver_device_memory, m)?)?;
-    m.add_function(wrap_pyfunction!(stats::driver::driver_available, m)?)?;
+    m.add_function(wrap_pyfunction!(text::size::readable_size, m)?)?;
+    m.add_function(wrap_pyfunction!(text::size::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(sources::driver::driver_device_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(sources::driver::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::tracked_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::_instances_of, m)?)?;
@@ -51,7 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_live, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
-    use stats::cpu;
+    use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
     m.add_function(wrap_pyfunction!(cpu::_set_cpu_glue, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_table_has, m)?)?;
@@ -70,11 +71,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
     m.add_function(wrap_pyfunction!(
-        line_profiler::cuda_direct::_cuda_direct_notice,
+        sources::cuda::direct::_cuda_direct_notice,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(
-        line_profiler::cuda_direct::_cuda_direct_checks,
+        sources::cuda::direct::_cuda_direct_checks,
         m
     )?)?;
     use line_profiler::{monitoring, tracing};

@@ -15,7 +15,7 @@
 
 use pyo3::ffi;
 
-use super::lists::{checked_next, HEAD_SIZE};
+use super::head::{checked_next, HEAD_SIZE};
 use super::SubtypeCache;
 
 /// Addresses of the matching objects met on a walk, and whether the probe was met.

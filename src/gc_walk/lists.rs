@@ -68,17 +68,9 @@ use pyo3::types::{PyDict, PyList, PyWeakrefMethods, PyWeakrefReference};
 
 use super::chains::{self, object_and_type, NodeSet};
 use super::collections::{self, Since};
+use super::head::{checked_next, next_of, node_of, GcHead, PREV_MASK};
 use super::{visitor, SubtypeCache};
 
-/// `PyGC_Head`: two words just before the object, `_gc_prev` carrying flags in its low bits.
-#[repr(C)]
-struct GcHead {
-    next: usize,
-    prev: usize,
-}
-
-const PREV_MASK: usize = !0b11;
-pub const HEAD_SIZE: usize = std::mem::size_of::<GcHead>();
 /// `struct gc_generation { PyGC_Head head; int threshold; int count; }` on 64-bit.
 const GENERATION_STRIDE: usize = 24;
 const GENERATIONS: usize = 3;
@@ -89,25 +81,6 @@ const GENERATION0_POINTER: usize = GENERATIONS * GENERATION_STRIDE;
 const PERMANENT: usize = GENERATION0_POINTER + 8;
 const GARBAGE: usize = PERMANENT + GENERATION_STRIDE + 3 * 24 + 8;
 const CALLBACKS: usize = GARBAGE + 8;
-
-/// The node before a GC object.
-fn node_of(object: *mut ffi::PyObject) -> usize {
-    object as usize - HEAD_SIZE
-}
-
-/// SAFETY: `node` is a node of a live gc list.
-unsafe fn next_of(node: usize) -> usize {
-    unsafe { (*(node as *const GcHead)).next }
-}
-
-/// The node after `node`, if the list's invariant `next.prev == node` holds there.
-///
-/// # Safety
-/// `node` must be a node of a live gc list (and the GIL held, with no Python code running).
-pub unsafe fn checked_next(node: usize) -> Option<usize> {
-    let next = unsafe { next_of(node) };
-    (next != 0 && unsafe { (*(next as *const GcHead)).prev } & PREV_MASK == node).then_some(next)
-}
 
 /// Whether a list head's links are sound: its first node points back to it, its last
 /// node points on to it.

@@ -35,7 +35,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use super::frames::{Frame, Row, ThreadStack};
-use super::source::{Device, Source};
+use crate::sources::source::{Device, Source};
 
 /// A code object a collector profiles.
 pub struct Code {
@@ -934,7 +934,7 @@ fn pop_frame_of(collector: &mut Collector, src: &Source, stack: &mut ThreadStack
 /// The direct reader's fallback notice for a CUDA device (None for the CPU).
 fn cuda_notice(device: Device) -> Option<String> {
     match device {
-        Device::Cuda(index) => super::cuda_direct::notice(usize::try_from(index).ok()?),
+        Device::Cuda(index) => crate::sources::cuda::direct::notice(usize::try_from(index).ok()?),
         Device::Cpu => None,
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::layout::{Layout, StatKind};
+use crate::sources::layout::{Layout, StatKind};
 
 /// What a line has done, as the maximum over every time it ran.
 #[derive(Clone, Debug, Default)]

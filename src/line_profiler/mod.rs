@@ -3,15 +3,12 @@
 //! from a memory source (`source`, `layout`); `report` turns the rows into a report that
 //! `render::line_report` print. `fork` keeps a forked child clean.
 
-pub mod cuda_direct;
 pub mod engine;
 pub mod fork;
 pub mod frames;
 pub mod hooks;
-pub mod layout;
 pub mod monitoring;
 pub mod report;
-pub mod source;
 pub mod thread_state;
 pub mod tracing;
 
@@ -21,10 +18,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::stats::cpu::COUNTERS as CPU;
+use crate::sources::cpu::COUNTERS as CPU;
+use crate::sources::source::Device;
 use engine::{try_with_engine, with_engine, Code, CollectorId};
 use hooks::{run_actions, sync_locked, thread_id};
-use source::Device;
 
 fn parse_device(device: &str) -> PyResult<Device> {
     if device == "cpu" {
@@ -357,7 +354,7 @@ pub fn _hook_errors() -> Vec<String> {
 /// allocator's memory (None when they are not, or nobody looked yet).
 #[pyfunction]
 pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
-    cuda_direct::why_not(device)
+    crate::sources::cuda::direct::why_not(device)
 }
 
 /// Run `callback` with the engine held on this thread (for tests: what the engine's own

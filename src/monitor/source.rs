@@ -1,13 +1,13 @@
 //! The monitor's allocator figures: one sample of allocated and reserved bytes (current and
 //! peak since the last reset), then a peak reset, so each window's peak covers that window
-//! only. It reuses the line profiler's source (`line_profiler::source::Source`): for CUDA
+//! only. It reuses the line profiler's source (`sources::source::Source`): for CUDA
 //! torch's `_cuda_memoryStats` binding or the allocator's own fields checked against it; for
-//! the CPU the counters of `crate::stats::cpu` (held started while the source lives).
+//! the CPU the counters of `crate::sources::cpu` (held started while the source lives).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::line_profiler::source::{Device, Source};
+use crate::sources::source::{Device, Source};
 
 const NAMES: [&str; 4] = [
     "allocated_bytes.all.current",

@@ -2,7 +2,6 @@
 //! PyO3 entry points are in `crate::bindings`). One folder per kind of result, one file per
 //! format.
 
-pub mod escape;
 pub mod estimate;
 pub mod line_report;
 pub mod monitor;

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::bindings;
 use crate::gc_walk;
 use crate::render;
-use crate::stats::driver;
+use crate::sources::driver;
 use records::{CudaAccounting, DeviceSection};
 use table::SortBy;
 

@@ -2,8 +2,8 @@
 //! readable size; no scripts, colours from the notebook's theme.
 
 use super::text::Line;
-use crate::render::escape::escape;
-use crate::size::human_bytes;
+use crate::text::escape::escape;
+use crate::text::size::human_bytes;
 
 pub fn render(model: &str, lines: &[Line], notes: &[String]) -> String {
     let mut out = String::from(

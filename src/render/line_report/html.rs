@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use super::text::{format_value, is_byte_column};
 use crate::line_profiler::report::LineReport;
-use crate::render::escape::escape;
+use crate::text::escape::escape;
 
 /// Seaborn's "muted" palette (pytorch_memlab's), as translucent fills.
 const COLORS: [&str; 10] = [

@@ -6,7 +6,7 @@
 //! the text is pytorch_memlab's).
 
 use crate::line_profiler::report::LineReport;
-use crate::size::memlab_bytes;
+use crate::text::size::memlab_bytes;
 
 /// Whether a column holds bytes (formatted as sizes) rather than counts.
 pub fn is_byte_column(column: &str) -> bool {

@@ -6,8 +6,8 @@
 
 use std::fmt::Write;
 
-use crate::render::escape::escape;
-use crate::size::human_bytes;
+use crate::text::escape::escape;
+use crate::text::size::human_bytes;
 
 /// Colours per category (parameter, buffer, gradient, activation, temporary,
 /// optimizer_state, other), readable on light and dark backgrounds.

@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::render::escape::escape;
 use crate::reporter::records::DeviceSection;
-use crate::size::{human_bytes, memlab_bytes};
+use crate::text::escape::escape;
+use crate::text::size::{human_bytes, memlab_bytes};
 
 /// Inline style: inherits the theme's text colour, uses translucent borders so it reads on
 /// light and dark backgrounds alike.

@@ -1,7 +1,7 @@
 //! The report as JSON: one object per device, rows as objects with typed fields.
 
-use crate::render::escape::string;
 use crate::reporter::records::{DeviceSection, Row};
+use crate::text::escape::string;
 
 fn optional<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "null".to_owned(), |v| v.to_string())

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::reporter::records::DeviceSection;
-use crate::size::{human_bytes, memlab_bytes};
+use crate::text::size::{human_bytes, memlab_bytes};
 
 /// pytorch_memlab's rule width.
 const RULE: usize = 79;

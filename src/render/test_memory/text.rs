@@ -3,7 +3,7 @@
 //! number, so the exact number is what the failure shows.
 
 use super::{Measurement, Peak, Row};
-use crate::size::human_bytes;
+use crate::text::size::human_bytes;
 
 /// `1048576` as `1,048,576`.
 pub fn thousands(n: i64) -> String {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::render::escape::string;
+use crate::text::escape::string;
 use crate::trace::group::{Row, UNTAGGED, UNTRACED};
 use crate::trace::report::{DeviceReport, Report};
 

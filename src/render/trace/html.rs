@@ -1,8 +1,8 @@
 //! The peak report as HTML for Jupyter: per device the peak figures, the rows by location and
 //! by module. Self-contained, like the tensor report's tables.
 
-use crate::render::escape::escape;
-use crate::size::human_bytes;
+use crate::text::escape::escape;
+use crate::text::size::human_bytes;
 use crate::trace::group::{Row, UNTAGGED, UNTRACED};
 use crate::trace::report::Report;
 

@@ -9,8 +9,8 @@
 
 use std::fmt::Write;
 
-use crate::render::escape::escape;
-use crate::size::human_bytes;
+use crate::text::escape::escape;
+use crate::text::size::human_bytes;
 
 /// What the timeline renderers draw (built by the trace analysis, `src/trace/timeline.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

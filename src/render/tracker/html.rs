@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::render::escape::escape;
-use crate::size::human_bytes;
+use crate::text::escape::escape;
+use crate::text::size::human_bytes;
 use crate::tracker::diff::DiffRow;
 
 const STYLE: &str = "border-collapse:collapse;font-family:monospace;color:inherit";

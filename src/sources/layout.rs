@@ -76,7 +76,7 @@ impl Layout {
 }
 
 /// CPU statistics, each derived from the bytes or the count of live storages.
-pub use crate::stats::cpu::table::STATS as CPU_STATS;
+pub use crate::sources::cpu::table::STATS as CPU_STATS;
 
 fn kind_of(name: &str) -> StatKind {
     if name.ends_with(".peak") {

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
-use super::layout::Layout;
+use crate::sources::layout::Layout;
 
 /// Per device, what the search found (so a process pays for it a few times at most), the
 /// notice of a fallback, and how the checks went.

@@ -9,8 +9,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::super::cuda_direct::{self, schedule, Reader, Verdict};
-use super::super::layout::{flatten_names, read_values, Layout};
+use super::direct::{self as cuda_direct, schedule, Reader, Verdict};
+use crate::sources::layout::{flatten_names, read_values, Layout};
 
 /// How a CUDA source reads its statistics (for benchmarks and tests).
 pub const READER_DIRECT: &str = "allocator memory";

@@ -1,19 +1,17 @@
 //! Where a line's numbers come from: the torch caching allocator of one CUDA device, or our
-//! own count of torch's CPU allocations (`crate::stats::cpu`: the allocator hook, or the
+//! own count of torch's CPU allocations (`crate::sources::cpu`: the allocator hook, or the
 //! dispatch-mode fallback).
 //!
 //! A sample reads every statistic once. Peaks are "since the last reset", so after each
 //! sample the source's peaks are reset to their current values, which is a no-op (and is
 //! skipped) when no peak is above its current value.
 
-mod cuda;
-
 use pyo3::prelude::*;
 
-pub use cuda::{READER_BINDING, READER_DIRECT};
+pub use super::cuda::stats::{READER_BINDING, READER_DIRECT};
 
 use super::layout::{Layout, StatKind};
-use crate::stats::cpu::{self, Mode, COUNTERS};
+use crate::sources::cpu::{self, Mode, COUNTERS};
 
 /// Which memory a source reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +39,7 @@ pub struct Source {
     pub growth: Vec<i64>,
     previous: Vec<i64>,
     primed: bool,
-    cuda: Option<cuda::CudaSource>,
+    cuda: Option<super::cuda::stats::CudaSource>,
     /// How CPU memory is counted (a CPU source holds one `cpu::start`, undone on drop).
     cpu: Option<Mode>,
 }
@@ -55,7 +53,7 @@ impl Source {
             // sized by it grows then, filled with the zeros it would have read.
             Device::Cuda(index) => (
                 Layout::default(),
-                Some(cuda::CudaSource::new(py, index)?),
+                Some(super::cuda::stats::CudaSource::new(py, index)?),
                 None,
             ),
         };

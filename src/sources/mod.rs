@@ -1,0 +1,12 @@
+//! Where the numbers come from, for every room: torch's CPU allocator counted at its source
+//! (`cpu`: the allocator hook, its live table and counters, and the CPU allocation history
+//! with Python stacks), one CUDA device's caching-allocator statistics (`cuda`: torch's binding,
+//! or the allocator's own fields read directly and checked against it), the statistics one
+//! sample holds (`layout`), the source a profiler samples (`source`), and the driver's view of
+//! a device, which sees every process (`driver`).
+
+pub mod cpu;
+pub mod cuda;
+pub mod driver;
+pub mod layout;
+pub mod source;
