@@ -445,5 +445,6 @@ def _write(text: str, path: str | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        from ._atomic_write import write_text
+
+        write_text(path, text)

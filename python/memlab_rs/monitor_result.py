@@ -26,6 +26,7 @@ import os
 from typing import Any
 
 from . import _core, results
+from ._atomic_write import write_text
 from ._categories import CATEGORIES
 
 #: One record's details: (feature maps per module, row names, row bytes, row gradient bytes).
@@ -150,8 +151,7 @@ class MonitorResult(results.SavedResult):
         iterations' rows (also written to ``path`` when given)."""
         text = self.csv_header() + "".join(self.csv_row(s) for s in self.printed_steps())
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def plot_html(self) -> str:
@@ -193,8 +193,12 @@ class MonitorResult(results.SavedResult):
         ax.set_title(f"memory per iteration by category ({self._device})")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(os.fspath(path))
-        plt.close(fig)
+        from ._trace_plots import save_figure
+
+        try:
+            save_figure(fig, path)
+        finally:
+            plt.close(fig)
 
     # ----- saved form -------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any, Union
 import torch
 
 from . import _core, _torch, results
+from ._atomic_write import write_text
 
 DeviceLike = Union[torch.device, str, int]
 
@@ -103,8 +104,7 @@ class MemoryReport(results.SavedResult):
         """The report as JSON (also written to ``path`` when given)."""
         text = self._table.json()
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def to_dict(self) -> dict:

@@ -40,6 +40,8 @@ import socket
 import sys
 from typing import Any, Callable, ClassVar, Protocol
 
+from ._atomic_write import atomic_open, write_text
+
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
 
@@ -192,14 +194,16 @@ def dumps(result: Result, indent: int | None = None) -> str:
 
 
 def save(result: Result, path: str | os.PathLike[str]) -> None:
-    """Write ``result`` to ``path`` (gzip when it ends in ``.gz``)."""
-    text = dumps(result)
+    """Write ``result`` to ``path`` (gzip when it ends in ``.gz``), whole or not at all: a
+    failed save (a full disk, a killed process) leaves the file that was there."""
+    text = dumps(result).encode("utf-8")
     name = os.fspath(path)
-    if name.endswith(".gz"):
-        with gzip.open(name, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        with open(name, "w", encoding="utf-8") as f:
+    with atomic_open(name, binary=True) as f:
+        if name.endswith(".gz"):
+            # The header names the file as gzip.open(name) would, not the temporary file.
+            with gzip.GzipFile(os.path.basename(name), "wb", fileobj=f) as compressed:
+                compressed.write(text)
+        else:
             f.write(text)
 
 
@@ -311,7 +315,9 @@ class SavedResult:
         raise NotImplementedError
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses), whole or
+        not at all: a failed save (a full disk, a killed process) leaves the file that was
+        there."""
         save(self, path)
 
     def _repr_html_(self) -> str | None:
@@ -349,8 +355,7 @@ def write_csv(
         writer.writerows(records)
     text = out.getvalue()
     if path is not None:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        write_text(path, text, newline="")
     return text
 
 
