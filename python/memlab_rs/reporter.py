@@ -143,11 +143,9 @@ class MemoryReport(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryReport:
-        """The report from a saved file's ``data`` and ``meta``."""
-        verbose = data["verbose"]
-        if not isinstance(verbose, bool):
-            raise ValueError(f'tensor report: "verbose" must be true or false, got {verbose!r}')
-        return cls(_core.ReportTable.from_data(data), verbose=verbose, meta=meta)
+        """The report from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.TENSOR_REPORT``)."""
+        return cls(_core.ReportTable.from_data(data), verbose=data["verbose"], meta=meta)
 
 
 results.register("tensor_report", MemoryReport.from_data)

@@ -338,14 +338,12 @@ class TraceResult:
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TraceResult:
-        """The result from a saved file's ``data`` and ``meta``."""
+        """The result from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.TRACE``; the snapshot by the trace reader)."""
         from ._trace_saved import decode
 
-        exclude = results.expect(data, "exclude", list, "trace")
-        if not all(isinstance(p, str) for p in exclude):
-            raise ValueError('trace: "exclude" must be a list of strings')
-        source = results.expect(data, "source", str, "trace")
-        result = cls(decode(data), exclude, meta)
+        source = data["source"]
+        result = cls(decode(data), list(data["exclude"]), meta)
         if result.source != source:
             raise ValueError(
                 f'trace: "source" says {source!r} but the snapshot is a {result.source} one'
