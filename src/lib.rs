@@ -11,6 +11,7 @@ pub mod monitor;
 pub mod render;
 pub mod reporter;
 pub mod results;
+pub mod saved_json;
 pub mod sources;
 pub mod text;
 pub mod trace;
@@ -46,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bindings::line_report::LineReportView>()?;
     m.add_class::<trace::binding::TraceAnalysis>()?;
     m.add_function(wrap_pyfunction!(trace::binding::check_snapshot_pickle, m)?)?;
+    m.add_function(wrap_pyfunction!(saved_json::check_result_json, m)?)?;
     m.add_function(wrap_pyfunction!(bindings::trace::_trace_timeline_html, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;

@@ -529,7 +529,10 @@ def test_diff_line_profiles(two_runs: tuple[Path, Path]):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# line profile diff: a.json -> b.json\n")
-    assert "allocated_bytes.all.allocated: 2 lines grew (+3.00M), 0 shrank" in proc.stdout
+    assert (
+        "## allocated_bytes.all.allocated: 2 lines grew (the most +2.00M at step:8), 0 shrank\n"
+        "highest line of step: 2.00M -> 4.00M (+2.00M)\n"
+    ) in proc.stdout
     grew = proc.stdout.split("grew:\n")[1].splitlines()
     assert grew[0].split() == ["+2.00M", "step:8", "b", "=", "torch.ones(2", "*", "n,", "1024)",
                                "(2.00M", "->", "4.00M)"]  # fmt: skip
@@ -541,18 +544,26 @@ def test_diff_line_profiles(two_runs: tuple[Path, Path]):
     )
     (row,) = [r for r in data["rows"] if r["column"] == "active_bytes.all.peak" and r["line"] == 8]
     assert (row["a"], row["b"], row["change"]) == (3 * MiB, 6 * MiB, 3 * MiB)
+    (peak,) = [t for t in data["totals"] if t["column"] == "active_bytes.all.peak"]
+    assert peak["largest_growth"] == {"function": "step", "line": 8, "change": 3 * MiB}
+    step = {"function": "step", "a": 3 * MiB, "b": 6 * MiB, "change": 3 * MiB}
+    assert peak["functions"] == [step]
+    assert "grew_bytes" not in peak  # a sum of peaks of different lines: meaningless
     # a regression gate: status 1 when a line grew by more than the limit
     gate = cli_in_process("diff", "a.json", "b.json", "--fail-over", "2.5M", cwd=folder)
     assert gate.returncode == 1
     assert gate.stderr == (
-        "memlab-rs diff: 4 grew by more than 2.50M; the largest +3.00M at step:8 "
-        "(active_bytes.all.peak)\n"
+        "memlab-rs diff: 2 lines grew by more than 2.50M; the largest +3.00M at step:8 "
+        "(active_bytes.all.peak)\n"  # lines 8 and 9, each in both default columns
     )
     assert (
         cli_in_process("diff", "a.json", "b.json", "--fail-over", "3M", cwd=folder).returncode == 0
     )
     same = cli_in_process("diff", "a.json", "a.json", cwd=folder)
-    assert same.returncode == 0 and "0 lines grew (0.00B), 0 shrank" in same.stdout
+    assert same.returncode == 0
+    assert "## active_bytes.all.peak: 0 lines grew, 0 shrank\npeak of step: 3.00M -> 3.00M\n" in (
+        same.stdout
+    )
 
 
 def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
@@ -681,7 +692,7 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
     assert gate.returncode == 1
     assert (
         gate.stderr
-        == "memlab-rs diff: 1 grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
+        == "memlab-rs diff: 1 tensor grew by more than 512.00K; the largest +1.00M at cache (cpu)\n"
     )
     memlab_rs.LineProfiler(device="cpu").result().save(tmp_path / "lines.json")
     line = one_line_error(

@@ -104,11 +104,11 @@ def test_bad_files_are_one_clear_error(tmp_path):
         ({**good, "schema": "one"}, "bad schema version"),
         ({**good, "kind": "nope"}, "unknown result kind 'nope'"),
         ({**good, "data": None}, 'without its "meta" or "data"'),
-        ({**good, "data": {"columns": []}}, "a damaged line_profile result \\(KeyError"),
+        ({**good, "data": {"columns": []}}, 'line_profile result: line_profile: no "functions"'),
     ]
     damaged = json.loads(json.dumps(good))
     damaged["data"]["functions"][0]["lines"][1][3] = [1, 2]
-    cases.append((damaged, "a damaged line_profile result .*2 values for"))
+    cases.append((damaged, "a damaged line_profile result: line_profile: line .*2 values for"))
     for doc, message in cases:
         path = write(tmp_path, doc)
         with pytest.raises(ValueError, match=message) as err:

@@ -77,6 +77,7 @@ __all__ = [
     "_trace_new_thread",
     "_trace_timeline_html",
     "_tracker_html",
+    "check_result_json",
     "check_snapshot_pickle",
     "collect_report",
     "driver_available",
@@ -354,6 +355,12 @@ def _monitoring_on_line(code: types.CodeType, line: int) -> None: ...
 def _monitoring_on_leave(code: types.CodeType, _offset: int, _value: object) -> None: ...
 def _monitoring_on_throw(code: types.CodeType, offset: int, _error: object) -> None: ...
 def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None: ...
+
+# saved_json.rs
+def check_result_json(text: bytes) -> None:
+    """Check a result file's JSON text (UTF-8 bytes) before parsing it: a ValueError saying
+    what no result holds (nesting past 64 levels, a number of more than 32 characters, NaN,
+    Infinity, an infinite float) and at which byte."""
 
 # render/trace_timeline.rs
 def check_snapshot_pickle(path: str) -> tuple[int, int]:

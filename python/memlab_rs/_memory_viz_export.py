@@ -22,9 +22,10 @@ import json
 import math
 import os
 import pickle
-import uuid
 from pathlib import Path
 from typing import Any, Union
+
+from ._atomic_write import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -144,18 +145,10 @@ def export_memory_viz(snapshot: dict[str, Any], path: PathLike, format: str = "p
     _check_schema(snapshot)
     _plain(snapshot, "", set(), for_json=format == "json")
     target = Path(os.fspath(path))
-    # A new file beside the target, renamed over it when complete: a failure leaves no
-    # half-written snapshot, and the file gets the usual permissions (mkstemp's are 0600).
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
+    # Whole or not at all: a failure leaves no half-written snapshot (_atomic_write).
+    with atomic_open(target, binary=format == "pickle") as f:
         if format == "pickle":
-            with open(tmp, "xb") as f:
-                pickle.dump(snapshot, f, protocol=PICKLE_PROTOCOL)
+            pickle.dump(snapshot, f, protocol=PICKLE_PROTOCOL)
         else:
-            with open(tmp, "x", encoding="utf-8") as f:
-                json.dump(snapshot, f, allow_nan=False, separators=(",", ":"))
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            json.dump(snapshot, f, allow_nan=False, separators=(",", ":"))
     return target

@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from ._atomic_write import atomic_open
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 INSTALL_HINT = (
@@ -220,7 +222,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     if n == 0:
         ax.text(0.5, 0.5, "No samples: nothing was allocated while tracing.", ha="center")
         ax.set_axis_off()
-        fig.savefig(os.fspath(path), dpi=dpi)
+        save_figure(fig, path, dpi)
         return
     t0 = v["time_us"][0]
     t_ms = [(t - t0) / 1000.0 for t in v["time_us"]]
@@ -277,7 +279,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
         title_fontsize=9,
         alignment="left",
     )
-    fig.savefig(os.fspath(path), dpi=dpi)
+    save_figure(fig, path, dpi)
 
 
 def _mib_pairs(items: Any, parameter: str, noun: str) -> list[tuple[str, float]]:
@@ -376,7 +378,7 @@ def keyword_plot_png(
         fontsize=9,
         frameon=False,
     )
-    fig.savefig(os.fspath(path), dpi=dpi)
+    save_figure(fig, path, dpi)
 
 
 def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
@@ -402,3 +404,18 @@ def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
         share = f"{100.0 * mib / total:.1f}%" if total > 0 else "-"
         lines.append(f"{rank:>4} {mib:>11.2f} {share:>7}  {name}")
     return "\n".join(lines)
+
+
+def save_figure(fig: Any, path: Any, dpi: Any = "figure") -> None:
+    """``fig.savefig(path)``, whole or not at all (``_atomic_write``): the format is the
+    extension's, and a name without one gets matplotlib's default (``.png``), as savefig
+    names it."""
+    import matplotlib
+
+    name = os.fspath(path)
+    extension = os.path.splitext(name)[1][1:].lower()
+    if not extension:
+        extension = matplotlib.rcParams["savefig.format"]
+        name = f"{name}.{extension}"
+    with atomic_open(name, binary=True) as f:
+        fig.savefig(f, dpi=dpi, format=extension)

@@ -405,8 +405,14 @@ def _diff(args: argparse.Namespace) -> int:
             from ._core import readable_size
 
             largest = grown[0]
+            # A line grown in two columns is one line that grew: count places, not rows.
+            if change.kind == "line_profile":
+                what, places = "line", {(r["function"], r["line"]) for r in grown}
+            else:
+                what, places = "tensor", {(r["name"], r["device"]) for r in grown}
+            count = f"{len(places)} {what}{'' if len(places) == 1 else 's'}"
             print(
-                f"memlab-rs diff: {len(grown)} grew by more than {readable_size(args.fail_over)}; "
+                f"memlab-rs diff: {count} grew by more than {readable_size(args.fail_over)}; "
                 f"the largest +{readable_size(largest['change'])} at {change.where(largest)}",
                 file=sys.stderr,
             )
@@ -445,5 +451,6 @@ def _write(text: str, path: str | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        from ._atomic_write import write_text
+
+        write_text(path, text)

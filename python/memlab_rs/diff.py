@@ -98,9 +98,14 @@ class ResultDiff:
         #: Tensor reports: name, device, shape, dtype, a, b, change. Largest growth first,
         #: then the largest shrinking; unchanged rows are left out.
         self.rows = rows
-        #: Line profiles, per column: grew and shrank (counts of lines), grew_bytes and
-        #: shrank_bytes (sums of the changes), highest_a and highest_b (the largest value
-        #: of any line). Tensor reports, per device: a, b and change (the totals).
+        #: Line profiles, per column: grew and shrank (counts of lines), largest_growth and
+        #: largest_shrink (the row that changed most each way: function, line, change; None
+        #: when none did), highest_a and highest_b (the largest value of any line), and
+        #: functions: per function, a and b (the highest value of its lines: for a
+        #: ``*.peak`` column, the function's peak; None where it has none) and change.
+        #: Changes of different lines are never added up: peaks of different lines do not
+        #: add. Tensor reports, per device: a, b and change (the totals, which do add: the
+        #: tensors are held at once).
         self.totals = totals
 
     def regressions(self, over: int = 0) -> list[dict[str, Any]]:
@@ -151,12 +156,16 @@ class ResultDiff:
 
     def _total_line(self, total: dict[str, Any]) -> str:
         if self.kind == "line_profile":
-            return (
-                f"{total['column']}: {total['grew']} lines grew "
-                f"({_signed(total['grew_bytes'])}), {total['shrank']} shrank "
-                f"({_signed(total['shrank_bytes'])}); highest line "
-                f"{readable_size(total['highest_a'])} -> {readable_size(total['highest_b'])}"
+            lines = "line" if total["grew"] == 1 else "lines"
+            said = (
+                f"{total['column']}: {total['grew']} {lines} grew{_most(total['largest_growth'])}"
+                f", {total['shrank']} shrank{_most(total['largest_shrink'])}"
             )
+            what = "peak of" if total["column"].endswith(".peak") else "highest line of"
+            for f in total["functions"]:
+                change = f" ({_signed(f['change'])})" if f["change"] else ""
+                said += f"\n{what} {f['function']}: {_size(f['a'])} -> {_size(f['b'])}{change}"
+            return said
         return (
             f"{total['device']}: {readable_size(total['a'])} -> {readable_size(total['b'])} "
             f"({_signed(total['change'])})"
@@ -214,20 +223,55 @@ def _line_diff(a: Any, b: Any, names: list[str], columns: Sequence[str] | None) 
                     }
                 )
         rows += _ordered(changed)
-        grew = [r["change"] for r in changed if r["change"] > 0]
-        shrank = [r["change"] for r in changed if r["change"] < 0]
+        grew = [r for r in changed if r["change"] > 0]
+        shrank = [r for r in changed if r["change"] < 0]
         totals.append(
             {
                 "column": column,
                 "grew": len(grew),
                 "shrank": len(shrank),
-                "grew_bytes": sum(grew),
-                "shrank_bytes": sum(shrank),
+                "largest_growth": _place(max(grew, key=lambda r: r["change"], default=None)),
+                "largest_shrink": _place(min(shrank, key=lambda r: r["change"], default=None)),
                 "highest_a": highest[0],
                 "highest_b": highest[1],
+                "functions": _function_highs(lines_a, lines_b, ia, ib),
             }
         )
     return ResultDiff("line_profile", names, rows, totals)
+
+
+def _place(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {"function": row["function"], "line": row["line"], "change": row["change"]}
+
+
+def _most(place: dict[str, Any] | None) -> str:
+    """``(the most +3.00M at step:8)``: the line that changed most one way."""
+    if place is None:
+        return ""
+    return f" (the most {_signed(place['change'])} at {place['function']}:{place['line']})"
+
+
+def _function_highs(
+    lines_a: dict[tuple[str, int, str], tuple[int, Any]],
+    lines_b: dict[tuple[str, int, str], tuple[int, Any]],
+    ia: int,
+    ib: int,
+) -> list[dict[str, Any]]:
+    """Per function (in report order), the highest value of its lines in A and in B: for
+    a ``*.peak`` column the function's peak, every moment of it being some line's."""
+    highs: dict[str, list[Any]] = {}
+    for side, (found, index) in enumerate(((lines_a, ia), (lines_b, ib))):
+        for (function, _line, _code), line in found.items():
+            _hits, value = _value(line, index)
+            high = highs.setdefault(function, [None, None])
+            if value is not None and (high[side] is None or value > high[side]):
+                high[side] = value
+    return [
+        {"function": f, "a": a, "b": b, "change": (b or 0) - (a or 0)}
+        for f, (a, b) in highs.items()
+    ]
 
 
 def _lines(profile: Any) -> dict[tuple[str, int, str], tuple[int, Any]]:

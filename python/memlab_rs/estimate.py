@@ -154,46 +154,14 @@ class MemoryEstimate(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryEstimate:
-        """The estimate from a saved file's ``data`` and ``meta``."""
-        fields: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name == "meta":
-                continue
-            kind = _FIELD_TYPES.get(f.name, int)
-            if kind is dict:
-                found = results.expect(data, f.name, dict, "estimate")
-                for key in found:
-                    results.expect(found, key, int, f"estimate {f.name}")
-                fields[f.name] = dict(found)
-            elif kind is list:
-                found = results.expect(data, f.name, list, "estimate")
-                if not all(isinstance(n, str) for n in found):
-                    raise ValueError(f'estimate: "{f.name}" must be a list of strings')
-                fields[f.name] = list(found)
-            else:
-                fields[f.name] = results.expect(data, f.name, kind, "estimate")
-        try:
-            fields["step_peaks"] = {int(k): v for k, v in fields["step_peaks"].items()}
-        except ValueError:
-            raise ValueError('estimate: "step_peaks" must be keyed by step numbers') from None
-        if "activation" not in fields["peak_by_category"]:
-            raise ValueError('estimate: "peak_by_category" has no "activation"')
+        """The estimate from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.ESTIMATE``)."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "meta"]
+        fields = {name: copy.deepcopy(data[name]) for name in names}
+        fields["seconds"] = float(fields["seconds"])
+        fields["step_peaks"] = {int(k): v for k, v in fields["step_peaks"].items()}
         return cls(**fields, meta=meta)
 
-
-# The saved fields that are not ints: what ``from_data`` checks each against.
-_FIELD_TYPES: dict[str, Any] = {
-    "model": str,
-    "device": str,
-    "dtype": (str, None),
-    "peak_phase": str,
-    "peak_by_category": dict,
-    "phase_peaks": dict,
-    "phase_ends": dict,
-    "step_peaks": dict,
-    "seconds": float,
-    "notes": list,
-}
 
 results.register("estimate", MemoryEstimate.from_data)
 

@@ -17,6 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ._atomic_write import write_text
 from ._line_targets import defined_functions
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler
 
@@ -134,8 +135,7 @@ class MemlabMagics(Magics):
             exec(compiled, global_ns, local_ns)
         shown = profiler.display(columns=columns)
         if args.dump_profile is not None:
-            with open(shlex.split(args.dump_profile)[0], "w") as f:
-                f.write(str(shown))
+            write_text(shlex.split(args.dump_profile)[0], str(shown))
         if args.return_profiler:
             return profiler
         return None if args.quiet else shown

@@ -119,25 +119,17 @@ class LineProfileResult(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> LineProfileResult:
-        """The result from a saved file's ``data`` and ``meta``."""
+        """The result from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.LINE_PROFILE``)."""
         functions = [
             {
-                "qualname": str(f["qualname"]),
-                "filename": str(f.get("filename", "")),
+                "qualname": f["qualname"],
+                "filename": f.get("filename", ""),
                 "lines": [list(line) for line in f["lines"]],
             }
             for f in data["functions"]
         ]
-        columns = [str(c) for c in data["columns"]]
-        for f in functions:
-            for line in f["lines"]:
-                values = line[3]
-                if len(line) != 4 or (values is not None and len(values) != len(columns)):
-                    raise ValueError(
-                        f"line {line[0]} of {f['qualname']}: {len(values or [])} values for "
-                        f"{len(columns)} columns"
-                    )
-        return cls(columns, functions, list(data["notices"]), meta)
+        return cls(list(data["columns"]), functions, list(data["notices"]), meta)
 
     def _columns(self, columns: Sequence[str] | None) -> list[str]:
         if columns is None:

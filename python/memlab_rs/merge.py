@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import json
 import os
 import re
 import statistics
@@ -132,7 +131,7 @@ def gather_results(result: Any, dst: int = 0, group: Any = None) -> Any:
             dist.destroy_process_group(made)
     if gathered is None:
         return None
-    documents = [json.loads(raw.decode("utf-8")) for raw in gathered]
+    documents = [results.parse_json(raw, f"rank {i}") for i, raw in enumerate(gathered)]
     return merge_results([results.from_document(d, f"rank {i}") for i, d in enumerate(documents)])
 
 
@@ -320,23 +319,19 @@ class MergedLineProfile(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedLineProfile:
-        """The merged profile from a saved file's ``data`` and ``meta``."""
-        columns = [str(c) for c in data["columns"]]
-        ranks = [int(r) for r in data["ranks"]]
-        functions = []
-        for f in data["functions"]:
-            lines = []
-            for ln, code, hits, values in f["lines"]:
-                if len(hits) != len(ranks) or len(values) != len(ranks):
-                    raise ValueError(f"line {ln} of {f['qualname']}: not one entry per rank")
-                for v in values:
-                    if v is not None and len(v) != len(columns):
-                        raise ValueError(f"line {ln} of {f['qualname']}: values != columns")
-                lines.append([int(ln), str(code), list(hits), list(values)])
-            functions.append(
-                {"qualname": str(f["qualname"]), "filename": str(f["filename"]), "lines": lines}
-            )
-        return cls(columns, ranks, int(data["world_size"]), functions, data["notices"], meta)
+        """The merged profile from a saved file's ``data`` and ``meta`` (checked by
+        ``load`` against ``_result_schema.MERGED_LINE_PROFILE``)."""
+        functions = [
+            {
+                "qualname": f["qualname"],
+                "filename": f["filename"],
+                "lines": [[ln, code, list(hits), list(vs)] for ln, code, hits, vs in f["lines"]],
+            }
+            for f in data["functions"]
+        ]
+        return cls(
+            data["columns"], data["ranks"], data["world_size"], functions, data["notices"], meta
+        )
 
     def _per_rank(self, values: list[Any], column: str) -> list[Value]:
         index = self.columns.index(column)
@@ -492,18 +487,14 @@ class MergedTensorReport(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MergedTensorReport:
-        """The merged report from a saved file's ``data`` and ``meta``."""
-        ranks = [int(r) for r in data["ranks"]]
-        rows = []
-        for row in data["rows"]:
-            values = [int(b) for b in row["bytes"]]
-            if len(values) != len(ranks):
-                raise ValueError(f"tensor {row['name']!r}: not one size per rank")
-            rows.append(
-                {**{k: row[k] for k in ("name", "device", "shape", "dtype")}, "bytes": values}
-            )
-        totals = {str(k): [int(b) for b in v] for k, v in data["totals"].items()}
-        return cls(ranks, int(data["world_size"]), rows, totals, meta)
+        """The merged report from a saved file's ``data`` and ``meta`` (checked by
+        ``load`` against ``_result_schema.MERGED_TENSOR_REPORT``)."""
+        rows = [
+            {k: row[k] for k in ("name", "device", "shape", "dtype", "bytes")}
+            for row in data["rows"]
+        ]
+        totals = {k: list(v) for k, v in data["totals"].items()}
+        return cls(data["ranks"], data["world_size"], rows, totals, meta)
 
 
 # The reporter calls a tensor nothing names after its type and the order it was found in

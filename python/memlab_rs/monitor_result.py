@@ -26,30 +26,11 @@ import os
 from typing import Any
 
 from . import _core, results
+from ._atomic_write import write_text
 from ._categories import CATEGORIES
 
 #: One record's details: (feature maps per module, row names, row bytes, row gradient bytes).
 Details = tuple[list[tuple[str, int]], Any, list[int], list[int]]
-
-# Every field of a row, and its JSON type (what ``from_data`` checks).
-_ROW_FIELDS: dict[str, Any] = {
-    "step": int,
-    "epoch": int,
-    "iteration": int,
-    "peak_cached": int,
-    "current_cached": int,
-    "feature_maps": (int, None),
-    "feature_maps_from": (int, None),
-    "weight_usage": int,
-    "weight_gradient_usage": int,
-    "intermediate_gradients": int,
-    "optimizer_state_usage": (int, None),
-    "peak_allocated": int,
-    "peak_window": str,
-    "backward_passes": int,
-    **{name: int for name in CATEGORIES},
-    "notice": (str, None),
-}
 
 
 class MonitorResult(results.SavedResult):
@@ -150,8 +131,7 @@ class MonitorResult(results.SavedResult):
         iterations' rows (also written to ``path`` when given)."""
         text = self.csv_header() + "".join(self.csv_row(s) for s in self.printed_steps())
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def plot_html(self) -> str:
@@ -193,8 +173,12 @@ class MonitorResult(results.SavedResult):
         ax.set_title(f"memory per iteration by category ({self._device})")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(os.fspath(path))
-        plt.close(fig)
+        from ._trace_plots import save_figure
+
+        try:
+            save_figure(fig, path)
+        finally:
+            plt.close(fig)
 
     # ----- saved form -------------------------------------------------------------------
 
@@ -229,74 +213,26 @@ class MonitorResult(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MonitorResult:
-        """The result from a saved file's ``data`` and ``meta``."""
-        expect = results.expect
-        layouts = []
-        for i, layout in enumerate(expect(data, "layouts", list, "monitor")):
-            at = f"monitor layout {i}"
-            names = _strings(expect(layout, "names", list, at), "names", at)
-            nbytes = _ints(expect(layout, "bytes", list, at), "bytes", at)
-            if len(names) != len(nbytes):
-                raise ValueError(f"{at}: {len(names)} names for {len(nbytes)} byte counts")
-            layouts.append((_core.MonitorRowNames(names), nbytes))
-        records = []
-        for i, row in enumerate(expect(data, "rows", list, "monitor")):
-            at = f"monitor row {i}"
-            for key, kind in _ROW_FIELDS.items():
-                expect(row, key, kind, at)
-            records.append(dict(row))
+        """The result from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.MONITOR``)."""
+        layouts = [
+            (_core.MonitorRowNames(layout["names"]), list(layout["bytes"]))
+            for layout in data["layouts"]
+        ]
         details: list[Details] = []
-        found = expect(data, "details", list, "monitor")
-        if len(found) != len(records):
-            raise ValueError(f"monitor: {len(found)} details for {len(records)} rows")
-        for i, d in enumerate(found):
-            at = f"monitor details {i}"
-            index = expect(d, "layout", int, at)
-            if not 0 <= index < len(layouts):
-                raise ValueError(f'{at}: "layout" {index} is not one of {len(layouts)} layouts')
-            names, nbytes = layouts[index]
-            grads = _ints(expect(d, "grads", list, at), "grads", at)
-            if len(grads) != len(nbytes):
-                raise ValueError(f"{at}: {len(grads)} gradient counts for {len(nbytes)} rows")
-            modules = []
-            for pair in expect(d, "modules", list, at):
-                if not (
-                    isinstance(pair, list)
-                    and len(pair) == 2
-                    and isinstance(pair[0], str)
-                    and _is_int(pair[1])
-                ):
-                    raise ValueError(f'{at}: "modules" must hold [name, bytes] pairs')
-                modules.append((pair[0], pair[1]))
-            details.append((modules, names, nbytes, grads))
-        print_period = expect(data, "print_period", int, "monitor")
-        if print_period < 1:
-            raise ValueError(f'monitor: "print_period" must be >= 1, got {print_period}')
+        for d in data["details"]:
+            names, nbytes = layouts[d["layout"]]
+            modules = [(name, nbytes_) for name, nbytes_ in d["modules"]]
+            details.append((modules, names, nbytes, list(d["grads"])))
         return cls(
-            device=expect(data, "device", str, "monitor"),
-            verbose=expect(data, "verbose", bool, "monitor"),
-            print_period=print_period,
-            csv_names=_strings(expect(data, "csv_names", list, "monitor"), "csv_names", "monitor"),
-            records=records,
+            device=data["device"],
+            verbose=data["verbose"],
+            print_period=data["print_period"],
+            csv_names=list(data["csv_names"]),
+            records=[dict(row) for row in data["rows"]],
             details=details,
             meta=meta,
         )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _ints(values: list[Any], key: str, where: str) -> list[int]:
-    if not all(_is_int(v) for v in values):
-        raise ValueError(f'{where}: "{key}" must be a list of ints')
-    return list(values)
-
-
-def _strings(values: list[Any], key: str, where: str) -> list[str]:
-    if not all(isinstance(v, str) for v in values):
-        raise ValueError(f'{where}: "{key}" must be a list of strings')
-    return list(values)
 
 
 def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:

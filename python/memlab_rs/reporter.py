@@ -16,6 +16,7 @@ from typing import Any, Union
 import torch
 
 from . import _core, _torch, results
+from ._atomic_write import write_text
 
 DeviceLike = Union[torch.device, str, int]
 
@@ -103,8 +104,7 @@ class MemoryReport(results.SavedResult):
         """The report as JSON (also written to ``path`` when given)."""
         text = self._table.json()
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def to_dict(self) -> dict:
@@ -143,11 +143,9 @@ class MemoryReport(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryReport:
-        """The report from a saved file's ``data`` and ``meta``."""
-        verbose = data["verbose"]
-        if not isinstance(verbose, bool):
-            raise ValueError(f'tensor report: "verbose" must be true or false, got {verbose!r}')
-        return cls(_core.ReportTable.from_data(data), verbose=verbose, meta=meta)
+        """The report from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.TENSOR_REPORT``)."""
+        return cls(_core.ReportTable.from_data(data), verbose=data["verbose"], meta=meta)
 
 
 results.register("tensor_report", MemoryReport.from_data)

@@ -40,6 +40,9 @@ import socket
 import sys
 from typing import Any, Callable, ClassVar, Protocol
 
+from . import _result_schema
+from ._atomic_write import atomic_open, write_text
+
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
 
@@ -70,38 +73,6 @@ _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 def register(kind: str, from_data: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
     """Make ``load`` rebuild results of ``kind`` with ``from_data(data, meta)``."""
     KINDS[kind] = from_data
-
-
-def expect(data: Any, key: str, types: Any, where: str) -> Any:
-    """``data[key]`` when it is of one of ``types`` (a type or a tuple; ``None`` in it
-    allows null, ``float`` takes an int, ``int`` never takes a bool); else a ValueError
-    naming ``where`` and the field. What a kind's ``from_data`` checks its fields with.
-
-    >>> expect({"bytes": 5}, "bytes", int, "row 0")
-    5
-    >>> expect({"bytes": "5"}, "bytes", int, "row 0")
-    Traceback (most recent call last):
-    ...
-    ValueError: row 0: "bytes" must be int, got '5'
-    """
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-    if key not in data:
-        raise ValueError(f'{where}: no "{key}" field')
-    value = data[key]
-    wanted = types if isinstance(types, tuple) else (types,)
-    if value is None and None in wanted:
-        return value
-    for t in wanted:
-        if t is None or (isinstance(value, bool) and t is not bool):
-            continue  # a bool is not a number here
-        if isinstance(value, t) or (t is float and isinstance(value, int)):
-            return value
-    names = " or ".join("null" if t is None else t.__name__ for t in wanted)
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    raise ValueError(f'{where}: "{key}" must be {names}, got {shown}')
 
 
 def rank_info() -> dict[str, int]:
@@ -192,14 +163,16 @@ def dumps(result: Result, indent: int | None = None) -> str:
 
 
 def save(result: Result, path: str | os.PathLike[str]) -> None:
-    """Write ``result`` to ``path`` (gzip when it ends in ``.gz``)."""
-    text = dumps(result)
+    """Write ``result`` to ``path`` (gzip when it ends in ``.gz``), whole or not at all: a
+    failed save (a full disk, a killed process) leaves the file that was there."""
+    text = dumps(result).encode("utf-8")
     name = os.fspath(path)
-    if name.endswith(".gz"):
-        with gzip.open(name, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        with open(name, "w", encoding="utf-8") as f:
+    with atomic_open(name, binary=True) as f:
+        if name.endswith(".gz"):
+            # The header names the file as gzip.open(name) would, not the temporary file.
+            with gzip.GzipFile(os.path.basename(name), "wb", fileobj=f) as compressed:
+                compressed.write(text)
+        else:
             f.write(text)
 
 
@@ -208,15 +181,25 @@ def load(path: str | os.PathLike[str]) -> Any:
     makes, rendering as it did where it was saved.
 
     Errors are ``ValueError``s that name the file and the problem: not JSON, not a
-    memlab_rs result, a newer schema, an unknown kind.
+    memlab_rs result, a newer schema, an unknown kind, a damaged field (every field is
+    checked before the result is built: ``_result_schema``).
     """
     name = os.fspath(path)
     return from_document(read_document(name), name)
 
 
+#: A gzip-compressed result decompresses to at most this many times its size on disk (and
+#: to at least ``GZIP_FLOOR`` bytes): the most compressible real results, a long training
+#: monitor's record, reach about 80. A gzip bomb (deflate reaches 1,032) is refused
+#: before it takes the memory.
+GZIP_RATIO = 256
+GZIP_FLOOR = 1 << 20
+
+
 def read_document(path: str | os.PathLike[str]) -> Any:
     """The parsed JSON of a file, gzip-compressed or not (told by its first bytes, so a
-    renamed file reads too); a ValueError naming the file when it is not JSON.
+    renamed file reads too); a ValueError naming the file when it is not a result's JSON
+    (damaged gzip, a gzip bomb, not UTF-8, not JSON, nesting or numbers no result holds).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "doc.json")
@@ -229,27 +212,72 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     try:
         with open(name, "rb") as raw:
             compressed = raw.read(2) == b"\x1f\x8b"
-        if compressed:
-            with gzip.open(name, "rt", encoding="utf-8") as f:
-                return json.load(f)
-        with open(name, encoding="utf-8") as f:
-            return json.load(f)
+            raw.seek(0)
+            data = _gunzip(raw, name) if compressed else raw.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"{name}: no such result file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, OSError, EOFError) as e:
+    except IsADirectoryError:
+        raise ValueError(f"{name}: a folder, not a result file") from None
+    return parse_json(data, name)
+
+
+def _gunzip(raw: Any, name: str) -> bytes:
+    """The decompressed bytes of the gzip file ``raw``, at most ``GZIP_RATIO`` times its
+    size; a ValueError naming the file when it is damaged or decompresses to more."""
+    import zlib
+
+    size = os.fstat(raw.fileno()).st_size
+    limit = max(GZIP_FLOOR, GZIP_RATIO * size)
+    chunks, total = [], 0
+    try:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit:
+                    raise ValueError(
+                        f"{name}: decompresses to more than {limit:,} bytes, {GZIP_RATIO} "
+                        f"times its size: a gzip bomb, not a memlab_rs result (real ones "
+                        "compress less than 100 times)"
+                    )
+                chunks.append(chunk)
+    except (OSError, EOFError, zlib.error) as e:
         raise ValueError(
-            f"{name}: not a memlab_rs result file (not JSON: {e}); results are written by "
-            "save() or `memlab-rs run`"
+            f"{name}: not a memlab_rs result file (damaged gzip: {e}); results are written "
+            "by save() or `memlab-rs run`"
         ) from None
+    return b"".join(chunks)
+
+
+def parse_json(data: bytes | str, name: str) -> Any:
+    """The JSON value of a result's text: UTF-8, checked by ``_core.check_result_json``
+    first (nesting, numbers, NaN and Infinity), then parsed; a ValueError naming ``name``
+    otherwise."""
+    from . import _core
+
+    def refused(why: str) -> ValueError:
+        return ValueError(
+            f"{name}: not a memlab_rs result file ({why}); results are written by save() "
+            "or `memlab-rs run`"
+        )
+
+    try:
+        text = data if isinstance(data, str) else data.decode("utf-8")
+        _core.check_result_json(data if isinstance(data, bytes) else data.encode("utf-8"))
+        return json.loads(text)
+    except UnicodeError as e:
+        raise refused(f"not UTF-8: {e}") from None
+    except json.JSONDecodeError as e:
+        raise refused(f"not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise refused(str(e)) from None
 
 
 def loads(text: str, name: str = "<string>") -> Any:
     """``load`` for a JSON string."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{name}: not a memlab_rs result (not JSON: {e})") from None
-    return from_document(doc, name)
+    return from_document(parse_json(text, name), name)
 
 
 def from_document(doc: Any, name: str = "<document>") -> Any:
@@ -260,7 +288,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
             "are written by save() or `memlab-rs run`"
         )
     schema = doc.get("schema")
-    if not isinstance(schema, int) or schema < 1:
+    if type(schema) is not int or schema < 1:
         raise ValueError(f"{name}: a memlab_rs result with a bad schema version {schema!r}")
     if schema > SCHEMA:
         from . import __version__
@@ -280,16 +308,18 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         schema = doc["schema"]
     kind = doc.get("kind")
     _import_kinds()
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         known = ", ".join(sorted(KINDS))
-        raise ValueError(f"{name}: unknown result kind {kind!r} (known: {known})")
+        shown = repr(kind) if len(repr(kind)) <= 60 else repr(kind)[:57] + "..."
+        raise ValueError(f"{name}: unknown result kind {shown} (known: {known})")
     meta, data = doc.get("meta"), doc.get("data")
     if not isinstance(meta, dict) or not isinstance(data, dict):
         raise ValueError(f'{name}: a {kind} result without its "meta" or "data" object')
     try:
+        _result_schema.check(kind, data, meta)  # every field, before the class sees one
         return KINDS[kind](data, meta)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise ValueError(f"{name}: a damaged {kind} result ({type(e).__name__}: {e})") from None
+    except ValueError as e:
+        raise ValueError(f"{name}: a damaged {kind} result: {e}") from None
 
 
 class SavedResult:
@@ -311,7 +341,9 @@ class SavedResult:
         raise NotImplementedError
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses)."""
+        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses), whole or
+        not at all: a failed save (a full disk, a killed process) leaves the file that was
+        there."""
         save(self, path)
 
     def _repr_html_(self) -> str | None:
@@ -349,8 +381,7 @@ def write_csv(
         writer.writerows(records)
     text = out.getvalue()
     if path is not None:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        write_text(path, text, newline="")
     return text
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
+from ._atomic_write import atomic_open, write_text
 from ._torch import device_key
 from ._trace_names import start_names
 
@@ -411,8 +412,7 @@ class TraceResult:
         """The report as JSON (figures, rows by location and module, notices)."""
         text = self._analysis.json()
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def to_dict(self) -> dict:
@@ -422,8 +422,7 @@ class TraceResult:
         """The tagging profiler's CSV: ``tag,MiB``, one row per tag alive at the peak."""
         text = self._analysis.tag_csv(self._index(device))
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
@@ -431,8 +430,7 @@ class TraceResult:
         tag nor their frames place them in a phase), biggest first; they add up to it."""
         text = self._analysis.untagged_log(self._index(device))
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text(path, text)
         return text
 
     def to_dataframe(self, device: Any = None, by: str = "location"):
@@ -461,8 +459,7 @@ class TraceResult:
         """The timeline as one self-contained HTML file (no network needed to open it)."""
         html = _core._trace_timeline_html(self.timeline(device))
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(html)
+            write_text(path, html)
         return html
 
     def timeline_png(self, path: str | os.PathLike, device: Any = None) -> None:
@@ -490,7 +487,8 @@ class TraceResult:
         """Save the result: a path ending in ``.json`` or ``.json.gz`` gets a ``trace``
         result file (the snapshot, the exclude list and ``meta``; ``memlab_rs.load`` and
         ``trace.load`` read it), any other a snapshot pickle (protocol 4) that ``load``,
-        torch's tools and pytorch.org/memory_viz read."""
+        torch's tools and pytorch.org/memory_viz read. Written whole or not at all: a
+        failed save leaves the file that was there."""
         name = os.fspath(path)
         if name.endswith((".json", ".json.gz")):
             results.save(self, name)
@@ -498,11 +496,13 @@ class TraceResult:
         if self._snapshot is None and self._path is not None:
             with open(self._path, "rb") as src:
                 protocol4 = src.read(2) == b"\x80\x04"
-            if protocol4:  # already what memory_viz reads: a copy, without loading it
-                if os.path.abspath(self._path) != os.path.abspath(path):
-                    shutil.copyfile(self._path, path)
-                return
-        with open(path, "wb") as f:
+                if protocol4:  # already what memory_viz reads: a copy, without loading it
+                    if os.path.abspath(self._path) != os.path.abspath(path):
+                        src.seek(0)
+                        with atomic_open(path, binary=True) as f:
+                            shutil.copyfileobj(src, f, 1 << 20)
+                    return
+        with atomic_open(path, binary=True) as f:
             pickle.dump(self.snapshot, f, protocol=4)
 
     def to_data(self) -> dict[str, Any]:
@@ -520,15 +520,13 @@ class TraceResult:
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TraceResult:
-        """The result from a saved file's ``data`` and ``meta``."""
+        """The result from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.TRACE``; the snapshot by the trace reader)."""
         from ._trace_saved import decode
 
-        exclude = results.expect(data, "exclude", list, "trace")
-        if not all(isinstance(p, str) for p in exclude):
-            raise ValueError('trace: "exclude" must be a list of strings')
-        source = results.expect(data, "source", str, "trace")
+        source = data["source"]
         paths = _paths(data.get("paths", "short"), 'trace: "paths"')  # older files: short
-        result = cls(decode(data), exclude, meta, paths)
+        result = cls(decode(data), list(data["exclude"]), meta, paths)
         result._driver_applies = False
         if result.source != source:
             raise ValueError(

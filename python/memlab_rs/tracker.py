@@ -138,52 +138,34 @@ class TrackResult(results.SavedResult):
 
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TrackResult:
-        """The result from a saved file's ``data`` and ``meta``."""
-        expect = results.expect
-        rows = []
-        for i, r in enumerate(expect(data, "rows", list, "tracker")):
-            at = f"tracker row {i}"
-            sign = expect(r, "sign", str, at)
-            if sign not in ("+", "-"):
-                raise ValueError(f'{at}: "sign" must be "+" or "-", got {sign!r}')
-            names = expect(r, "names", list, at)
-            if not all(isinstance(n, str) for n in names):
-                raise ValueError(f'{at}: "names" must be a list of strings')
-            rows.append(
-                TrackRow(
-                    sign=sign,
-                    count=_count(expect(r, "count", int, at), "count", at),
-                    shape=expect(r, "shape", str, at),
-                    dtype=expect(r, "dtype", str, at),
-                    bytes=_count(expect(r, "bytes", int, at), "bytes", at),
-                    type=expect(r, "type", str, at),
-                    names=tuple(names),
-                    line=expect(r, "line", str, at),
-                )
+        """The result from a saved file's ``data`` and ``meta`` (checked by ``load``
+        against ``_result_schema.TRACKER``)."""
+        rows = [
+            TrackRow(
+                sign=r["sign"],
+                count=r["count"],
+                shape=r["shape"],
+                dtype=r["dtype"],
+                bytes=r["bytes"],
+                type=r["type"],
+                names=tuple(r["names"]),
+                line=r["line"],
             )
-        seconds = expect(data, "seconds", dict, "tracker")
+            for r in data["rows"]
+        ]
         return cls(
             rows=rows,
-            total_bytes=_count(expect(data, "total_bytes", int, "tracker"), "total_bytes"),
-            allocated_bytes=_count(
-                expect(data, "allocated_bytes", int, "tracker"), "allocated_bytes"
-            ),
-            tensors=_count(expect(data, "tensors", int, "tracker"), "tensors"),
-            where=expect(data, "where", str, "tracker"),
-            strategy=expect(data, "strategy", str, "tracker"),
-            incomplete=expect(data, "incomplete", (str, None), "tracker"),
-            seconds={str(k): float(v) for k, v in seconds.items()},
-            detail=expect(data, "detail", bool, "tracker"),
-            stamp=expect(data, "stamp", (str, None), "tracker"),
+            total_bytes=data["total_bytes"],
+            allocated_bytes=data["allocated_bytes"],
+            tensors=data["tensors"],
+            where=data["where"],
+            strategy=data["strategy"],
+            incomplete=data["incomplete"],
+            seconds={k: float(v) for k, v in data["seconds"].items()},
+            detail=data["detail"],
+            stamp=data["stamp"],
             meta=meta,
         )
-
-
-def _count(value: int, key: str, where: str = "tracker") -> int:
-    """A byte or tensor count: never negative (the renderers take unsigned numbers)."""
-    if value < 0:
-        raise ValueError(f'{where}: "{key}" must be >= 0, got {value}')
-    return value
 
 
 results.register("tracker", TrackResult.from_data)

@@ -13,12 +13,23 @@ use super::model::{Action, Event, IntMap, Source, Trace, NONE};
 use super::parts::{bad, Doc, Parts};
 use crate::interrupts::text;
 
+/// An int of any size up to i128's, or a ValueError naming what it is (a damaged snapshot's
+/// value may be anything: extraction alone would give a TypeError or an OverflowError).
+fn int_value(value: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
+    match value.extract::<i64>() {
+        Ok(v) => Ok(v as i128),
+        Err(_) => value
+            .extract::<i128>()
+            .map_err(|_| bad(&format!("{what} is not an integer of at most 38 digits"))),
+    }
+}
+
 fn int(item: &Bound<'_, PyDict>, key: &Bound<'_, PyString>) -> PyResult<Option<i128>> {
     match item.get_item(key)? {
-        Some(value) if !value.is_none() => match value.extract::<i64>() {
-            Ok(v) => Ok(Some(v as i128)),
-            Err(_) => Ok(Some(value.extract::<i128>()?)),
-        },
+        Some(value) if !value.is_none() => Ok(Some(int_value(
+            &value,
+            &format!("a trace entry's {key:?}"),
+        )?)),
         _ => Ok(None),
     }
 }
@@ -69,11 +80,11 @@ impl<'py> Loader<'py> {
                         .map(|v| text(&v))
                         .transpose()?
                         .unwrap_or_default();
-                    let line = get(intern!(py, "line"))?
-                        .map(|v| v.extract::<i64>())
-                        .transpose()?
-                        .unwrap_or(0)
-                        .clamp(0, u32::MAX as i64) as u32;
+                    let line = match get(intern!(py, "line"))? {
+                        Some(v) if !v.is_none() => int_value(&v, "a frame's 'line'")?,
+                        _ => 0,
+                    }
+                    .clamp(0, u32::MAX as i128) as u32;
                     let id = self.trace.frame(&filename, line, &name);
                     // The snapshot holds every frame dict while we read it, so an identity
                     // stays unique for the whole load.
@@ -177,10 +188,7 @@ impl<'py> Doc for Loader<'py> {
         if node.is_none() {
             return Ok(None);
         }
-        match node.extract::<i64>() {
-            Ok(v) => Ok(Some(v as i128)),
-            Err(_) => Ok(Some(node.extract::<i128>()?)),
-        }
+        int_value(node, "a number of the snapshot").map(Some)
     }
 
     fn text(&mut self, node: &Self::Node) -> PyResult<String> {

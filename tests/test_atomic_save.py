@@ -1,0 +1,192 @@
+"""Every file memlab_rs writes is written whole or not at all: a save that fails midway (a
+full disk, a quota, a size limit) or a process killed while saving leaves the file that was
+there, readable.
+
+A colleague saw `save()` truncate its target and write in place: a full disk destroyed a
+previously good `.json`, `.json.gz` and `.pickle`, and SIGKILL during a repeated `.json.gz`
+save left it unreadable in 2 of 5 runs. Every writer now goes through
+`memlab_rs._atomic_write.atomic_open`: a new file in the same folder, flushed, fsync'ed and
+renamed over the target. A full disk is simulated with RLIMIT_FSIZE (writes past the limit
+fail with EFBIG, as they fail with ENOSPC on a full disk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import resource
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from result_samples import samples, second_rank
+
+import memlab_rs
+import memlab_rs.cli
+from memlab_rs import results
+from memlab_rs.line_result import LineProfileResult
+
+
+def _writers(folder: Path) -> dict[str, Callable[[Path], Any]]:
+    """Every writer, as a call that writes the path it is given."""
+    s = samples()
+    rank1 = folder / "rank1.json"
+    second_rank("line_profile").save(rank1)
+
+    def cli(*args: Any) -> None:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            status = memlab_rs.cli.main([str(a) for a in args])
+        if status:
+            raise OSError(f"memlab-rs {args[0]}: status {status}")
+
+    def saved(kind: str) -> Callable[[Path], Any]:
+        return lambda path: s[kind].save(path)
+
+    return {
+        **{f"{kind}.json": saved(kind) for kind in s},
+        **{f"{kind}.json.gz": saved(kind) for kind in ("line_profile", "trace")},
+        "trace.pickle": saved("trace"),
+        "copied.pickle": lambda p: memlab_rs.trace.load(folder / "trace.pickle").save(p),
+        "viz.pickle": lambda p: s["trace"].export_memory_viz(p),
+        "viz.json": lambda p: s["trace"].export_memory_viz(p, format="json"),
+        "lines.csv": lambda p: s["line_profile"].to_csv(p),
+        "merged.csv": lambda p: s["merged_line_profile"].to_csv(p),
+        "diff.csv": lambda p: memlab_rs.diff_results(s["line_profile"], rank1, None).to_csv(p),
+        "monitor.csv": lambda p: s["monitor"].to_csv(p),
+        "report-table.json": lambda p: s["tensor_report"].to_json(p),
+        "trace-report.json": lambda p: s["trace"].to_json(p),
+        "trace-tags.csv": lambda p: s["trace"].to_csv(p),
+        "untagged.txt": lambda p: s["trace"].untagged_log(p),
+        "timeline.html": lambda p: s["trace"].timeline_html(p),
+        "timeline.png": lambda p: s["trace"].timeline_png(p),
+        "monitor.png": lambda p: s["monitor"].plot_png(p),
+        "show.txt": lambda p: cli("show", folder / "line_profile.json", "-o", p),
+        "merge.json": lambda p: cli("merge", folder / "line_profile.json", rank1, "-o", p),
+    }
+
+
+@contextlib.contextmanager
+def _file_size_limit(limit: int) -> Iterator[None]:
+    """Writes past ``limit`` bytes fail with EFBIG, as they fail with ENOSPC on a full disk
+    (SIGXFSZ, which would end the process, ignored meanwhile)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_save_that_fails_midway_leaves_the_file_that_was_there(tmp_path):
+    """Each writer writes a good file, then the same again with at most half its size
+    allowed: the second write fails (an OSError, or status 2 from the CLI) and the good file
+    is there, byte for byte, with nothing left beside it. (memlab-rs run and --memlab-save
+    save through the results' save(), tested here for every kind.)"""
+    for name, write in _writers(tmp_path).items():
+        path = tmp_path / name
+        write(path)
+        good = path.read_bytes()
+        assert len(good) > 1, name
+        with _file_size_limit(len(good) // 2):
+            with pytest.raises(OSError):
+                write(path)
+        assert path.read_bytes() == good, name
+        assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")], name
+        if name.endswith(".json") and name.split(".")[0] in samples():
+            assert memlab_rs.load(path).kind == name.split(".")[0]  # still a good result
+
+
+def _big_profile(n: int) -> LineProfileResult:
+    """A line profile of ``n`` lines: a few MB of JSON, whose gzip takes long enough that a
+    kill lands in the middle of writing it most of the time."""
+    lines = [[i, f"x{i} = torch.zeros({i})\n", i, [i * 512, n * 1024]] for i in range(1, n)]
+    function = {"qualname": "f", "filename": "a.py", "lines": lines}
+    return LineProfileResult(
+        ["active_bytes.all.peak", "reserved_bytes.all.peak"], [function], [], results.run_meta()
+    )
+
+
+def test_a_process_killed_while_saving_leaves_a_readable_file(tmp_path, wait_child):
+    """A child saves two results in turn, over and over, to a .json.gz, a .json and a trace
+    snapshot .pickle; SIGKILL at a random moment, five times: every file loads, as one of
+    the two results, and nothing but our temporary files (``.NAME.PID.RANDOM.tmp``) is left
+    beside them."""
+    versions = [_big_profile(20_000), _big_profile(20_001)]
+    with memlab_rs.trace.Tracer(device="cpu") as tracer:
+        kept = torch.zeros(256, 1024)
+    del kept
+    traces = [tracer.result, memlab_rs.trace.load({"segments": [], "device_traces": [[]]})]
+    files = [tmp_path / "r.json.gz", tmp_path / "r.json"]
+    pickle_file = tmp_path / "t.pickle"
+    for path in files:
+        versions[0].save(path)
+    traces[0].save(pickle_file)
+    rng = random.Random(os.getpid())
+    for _ in range(5):
+        pid = os.fork()
+        if pid == 0:  # the child never returns into pytest
+            try:
+                while True:
+                    for version, trace in zip(versions, traces):
+                        for path in files:
+                            version.save(path)
+                        trace.save(pickle_file)
+            finally:
+                os._exit(1)
+        time.sleep(rng.uniform(0.05, 0.8))
+        os.kill(pid, signal.SIGKILL)
+        assert wait_child(pid) & 0x7F == signal.SIGKILL
+        for path in files:
+            assert len(memlab_rs.load(path).blocks[0]["lines"]) in (19_999, 20_000), path
+        assert memlab_rs.trace.load(pickle_file).devices in ([], traces[0].devices)
+    names = {p.name for p in tmp_path.iterdir()} - {"r.json.gz", "r.json", "t.pickle"}
+    assert all(n.startswith((".r.json.gz.", ".r.json.", ".t.pickle.")) for n in names), names
+    assert all(n.endswith(".tmp") for n in names), names
+
+
+def test_atomic_open_keeps_the_targets_mode_writes_through_links_and_devices(tmp_path):
+    from memlab_rs._atomic_write import atomic_open, write_text
+
+    target = tmp_path / "shared.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o640
+    write_text(os.devnull, "nothing")  # not a regular file: written, not replaced
+    assert Path(os.devnull).exists() and not Path(os.devnull).is_file()
+    read, write = os.pipe()  # `memlab-rs show ... -o /dev/stdout | less`
+    try:
+        write_text(f"/proc/self/fd/{write}", "through a pipe")
+        assert os.read(read, 100) == b"through a pipe"
+    finally:
+        os.close(read)
+        os.close(write)
+    # An exception in the block leaves the old content and no temporary file.
+    try:
+        with atomic_open(target) as f:
+            f.write("half")
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "shared.json"]
+    # A folder that is not there: the error names the file asked for, not ours.
+    missing = tmp_path / "no-such-folder" / "r.json"
+    try:
+        write_text(missing, "x")
+    except FileNotFoundError as error:
+        assert error.filename == str(missing)
+        assert "writes a new file in the folder" in str(error)
+    else:
+        raise AssertionError(f"wrote {missing}")
