@@ -1,6 +1,7 @@
 //! memlab_rs._core: the Rust core of memlab_rs. This file only registers what the
 //! capability modules define.
 
+pub mod allocator;
 pub mod bindings;
 pub mod courtesy;
 pub mod estimate;

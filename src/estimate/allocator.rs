@@ -13,7 +13,7 @@
 //! CPU: torch's CPU allocator asks `posix_memalign` for exactly the bytes requested and
 //! caches nothing, so an allocation counts its size and nothing is reserved beyond it.
 
-use crate::trace::blocks::{round_size, Layout, SMALL_SEGMENT, SMALL_SIZE};
+use crate::allocator::caching::{round_size, Layout, SMALL_SEGMENT, SMALL_SIZE};
 
 /// Requests below this take a 20 MiB segment in the large pool (kMinLargeAlloc).
 const MIN_LARGE_ALLOC: u64 = 10 << 20;

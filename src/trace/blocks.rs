@@ -13,13 +13,8 @@
 //!
 //! CPU recordings need none of this: a CPU allocation's size is its size.
 
-use std::collections::BTreeMap;
-
 use super::model::{Action, BlockState, DeviceTrace, Event, IntMap, Source, StackId, Trace};
-
-pub(crate) const MIN_BLOCK: u64 = 512;
-pub(crate) const SMALL_SIZE: u64 = 1 << 20;
-pub(crate) const SMALL_SEGMENT: u64 = 2 << 20;
+use crate::allocator::caching::{round_size, Layout, SimBlock, State, SMALL_SEGMENT};
 
 /// One allocation alive before the recorded events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,138 +37,6 @@ pub struct Sizes {
     /// Allocations alive at the end whose replayed size differed from the end layout's
     /// (taken from the end layout; a replay that is right leaves this 0).
     pub corrected: usize,
-}
-
-pub fn round_size(size: u64) -> u64 {
-    size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Allocated,
-    Pending,
-    Free,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct SimBlock {
-    size: u64,
-    segment: u64,
-    small: bool,
-    state: State,
-}
-
-/// The replayed layout of one device's segments (the estimate drives it too, choosing
-/// addresses itself with `best_fit`).
-#[derive(Default)]
-pub(crate) struct Layout {
-    blocks: BTreeMap<u64, SimBlock>,
-    /// Segment start -> size.
-    segments: BTreeMap<u64, u64>,
-}
-
-impl Layout {
-    pub(crate) fn segment_alloc(&mut self, addr: u64, size: u64, small: bool) {
-        self.segments.insert(addr, size);
-        self.blocks.insert(
-            addr,
-            SimBlock {
-                size,
-                segment: addr,
-                small,
-                state: State::Free,
-            },
-        );
-    }
-
-    fn segment_free(&mut self, addr: u64, size: u64) {
-        self.segments.remove(&addr);
-        let doomed: Vec<u64> = self
-            .blocks
-            .range(addr..addr + size)
-            .map(|(a, _)| *a)
-            .collect();
-        for a in doomed {
-            self.blocks.remove(&a);
-        }
-    }
-
-    /// The block the allocator hands out for `requested` bytes at `addr`, or None when the
-    /// replay has no free block there.
-    pub(crate) fn alloc(
-        &mut self,
-        addr: u64,
-        requested: u64,
-        max_split: Option<u64>,
-    ) -> Option<u64> {
-        let size = round_size(requested);
-        let block = self.blocks.get_mut(&addr)?;
-        if block.state != State::Free || block.size < size {
-            return None;
-        }
-        let remaining = block.size - size;
-        let split = if block.small {
-            remaining >= MIN_BLOCK
-        } else {
-            max_split.is_none_or(|m| size < m) && remaining > SMALL_SIZE
-        };
-        block.state = State::Allocated;
-        if !split {
-            return Some(block.size);
-        }
-        block.size = size;
-        let rest = SimBlock {
-            size: remaining,
-            state: State::Free,
-            ..*block
-        };
-        self.blocks.insert(addr + size, rest);
-        Some(size)
-    }
-
-    /// The free block the caching allocator picks for a request of `size` (rounded) bytes
-    /// in one pool: the smallest that fits, the lowest address among equals (its pools are
-    /// sets ordered by size, then address).
-    pub(crate) fn best_fit(&self, size: u64, small: bool) -> Option<u64> {
-        self.blocks
-            .iter()
-            .filter(|(_, b)| b.state == State::Free && b.small == small && b.size >= size)
-            .min_by_key(|(addr, b)| (b.size, **addr))
-            .map(|(addr, _)| *addr)
-    }
-
-    pub(crate) fn free_requested(&mut self, addr: u64) {
-        if let Some(block) = self.blocks.get_mut(&addr) {
-            block.state = State::Pending;
-        }
-    }
-
-    /// The block at `addr` is free for reuse: merge it with free neighbours in its segment.
-    pub(crate) fn free_completed(&mut self, addr: u64) {
-        let Some(mut block) = self.blocks.get(&addr).copied() else {
-            return;
-        };
-        block.state = State::Free;
-        let mut start = addr;
-        if let Some((&prev_addr, prev)) = self.blocks.range(..addr).next_back() {
-            if prev.state == State::Free
-                && prev.segment == block.segment
-                && prev_addr + prev.size == addr
-            {
-                block.size += prev.size;
-                start = prev_addr;
-                self.blocks.remove(&addr);
-            }
-        }
-        let next_addr = start + block.size;
-        if let Some(next) = self.blocks.get(&next_addr).copied() {
-            if next.state == State::Free && next.segment == block.segment {
-                block.size += next.size;
-                self.blocks.remove(&next_addr);
-            }
-        }
-        self.blocks.insert(start, block);
-    }
 }
 
 /// The block bytes of every event of `device`.
