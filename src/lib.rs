@@ -2,18 +2,16 @@
 //! capability modules define.
 
 pub mod allocator;
-pub mod bindings;
 pub mod courtesy;
 pub mod estimate;
 pub mod gc_walk;
 pub mod interrupts;
 pub mod line_profiler;
 pub mod monitor;
-pub mod render;
-pub mod reporter;
 pub mod results;
-pub mod saved_json;
 pub mod sources;
+pub mod tensor_report;
+pub mod test_memory;
 pub mod text;
 pub mod trace;
 pub mod tracker;
@@ -28,7 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(text::size::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(sources::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(sources::driver::driver_available, m)?)?;
-    m.add_function(wrap_pyfunction!(reporter::collect_report, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor_report::collect_report, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::tracked_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::_instances_of, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::collections::_gc_watch_state, m)?)?;
@@ -36,20 +34,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(gc_callback.clone())?;
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
-    m.add_class::<reporter::ReportTable>()?;
+    m.add_class::<tensor_report::ReportTable>()?;
     m.add_class::<tracker::TrackerCore>()?;
-    m.add_function(wrap_pyfunction!(
-        bindings::tracker::render_tracker_block,
-        m
-    )?)?;
-    m.add_function(wrap_pyfunction!(bindings::tracker::_tracker_html, m)?)?;
+    m.add_function(wrap_pyfunction!(tracker::py::render_tracker_block, m)?)?;
+    m.add_function(wrap_pyfunction!(tracker::py::_tracker_html, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
-    m.add_class::<bindings::line_report::LineReportView>()?;
-    m.add_class::<trace::binding::TraceAnalysis>()?;
-    m.add_function(wrap_pyfunction!(trace::binding::check_snapshot_pickle, m)?)?;
-    m.add_function(wrap_pyfunction!(saved_json::check_result_json, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::trace::_trace_timeline_html, m)?)?;
+    m.add_class::<line_profiler::py::LineReportView>()?;
+    m.add_class::<trace::py::TraceAnalysis>()?;
+    m.add_function(wrap_pyfunction!(trace::py::check_snapshot_pickle, m)?)?;
+    m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::py::_trace_timeline_html, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
@@ -95,24 +90,21 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
-    m.add_class::<bindings::monitor::MonitorRowNames>()?;
-    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_text, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_csv_header, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_csv_row, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::monitor::_monitor_html, m)?)?;
+    m.add_class::<monitor::py::MonitorRowNames>()?;
+    m.add_function(wrap_pyfunction!(monitor::py::_monitor_text, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_header, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_row, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::py::_monitor_html, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_text, m)?)?;
-    m.add_function(wrap_pyfunction!(bindings::estimate::_estimate_html, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
+    m.add_function(wrap_pyfunction!(test_memory::py::_test_memory_text, m)?)?;
     m.add_function(wrap_pyfunction!(
-        bindings::test_memory::_test_memory_text,
+        test_memory::py::_test_memory_limit_text,
         m
     )?)?;
     m.add_function(wrap_pyfunction!(
-        bindings::test_memory::_test_memory_limit_text,
-        m
-    )?)?;
-    m.add_function(wrap_pyfunction!(
-        bindings::test_memory::_test_memory_top_table,
+        test_memory::py::_test_memory_top_table,
         m
     )?)?;
     line_profiler::register(m)?;

@@ -10,6 +10,15 @@ pub const MIN_BLOCK: u64 = 512;
 pub const SMALL_SIZE: u64 = 1 << 20;
 pub const SMALL_SEGMENT: u64 = 2 << 20;
 
+/// Bytes a storage occupies on its device as the allocator sees it.
+pub fn allocated_bytes(device: &str, nbytes: u64) -> u64 {
+    if device.starts_with("cuda") && nbytes > 0 {
+        nbytes.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    } else {
+        nbytes
+    }
+}
+
 pub fn round_size(size: u64) -> u64 {
     size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
 }

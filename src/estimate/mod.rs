@@ -3,6 +3,8 @@
 //! replays that record through a model of the device's allocator.
 
 pub mod allocator;
+pub mod py;
+pub mod render;
 pub mod replay;
 
 use pyo3::prelude::*;

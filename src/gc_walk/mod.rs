@@ -26,6 +26,7 @@
 
 pub mod chains;
 pub mod collections;
+pub mod facts;
 pub mod head;
 pub mod lists;
 pub mod visitor;

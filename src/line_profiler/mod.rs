@@ -8,6 +8,8 @@ pub mod fork;
 pub mod frames;
 pub mod hooks;
 pub mod monitoring;
+pub mod py;
+pub mod render;
 pub mod report;
 pub mod thread_state;
 pub mod tracing;
@@ -202,7 +204,7 @@ impl LineCollector {
         selected: Vec<u32>,
         sources: Vec<report::Source>,
         extra: Option<report::ExtraColumns>,
-    ) -> PyResult<crate::bindings::line_report::LineReportView> {
+    ) -> PyResult<py::LineReportView> {
         let extra = extra.unwrap_or_default();
         with_engine(py, |engine| {
             engine.gather_source_notices(self.id);
@@ -215,7 +217,7 @@ impl LineCollector {
             }
             report::build(collector, &columns, &selected, &sources, &extra)
         })
-        .map(crate::bindings::line_report::LineReportView::from)
+        .map(py::LineReportView::from)
     }
 }
 

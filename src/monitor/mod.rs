@@ -5,6 +5,8 @@
 //! reads at each boundary in `live`) is here.
 
 pub mod live;
+pub mod py;
+pub mod render;
 pub mod saved;
 pub mod source;
 pub mod windows;

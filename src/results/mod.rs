@@ -5,6 +5,7 @@
 //! a loaded file). The derive is the schema: a document that does not fit it is a `DataError`
 //! naming the field that broke it, which is how a damaged or foreign file is refused.
 
+pub mod check;
 pub mod json;
 pub mod py;
 

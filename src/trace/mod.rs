@@ -7,7 +7,6 @@
 //! it for drawing; `report` runs them per device. The binding (`binding`) hands the results
 //! to Python; `render::trace` turn them into text, CSV, JSON and HTML.
 
-pub mod binding;
 pub mod blocks;
 pub mod group;
 pub mod load;
@@ -17,5 +16,7 @@ pub mod paths;
 pub mod peak;
 pub mod pickle_guard;
 pub mod pickle_stream;
+pub mod py;
+pub mod render;
 pub mod report;
 pub mod timeline;

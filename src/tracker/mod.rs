@@ -3,6 +3,8 @@
 //! counts between calls, never a tensor.
 
 pub mod diff;
+pub mod py;
+pub mod render;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -11,11 +13,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use crate::allocator::caching::allocated_bytes;
 use crate::gc_walk;
-use crate::render::tracker::text as tracker_text;
-use crate::reporter::facts::{FactReader, TorchHandles};
-use crate::reporter::table::allocated_bytes;
+use crate::gc_walk::facts::{FactReader, TorchHandles};
 use diff::{Group, GroupKey, Seen};
+use render::text as tracker_text;
 
 /// What `track` keeps between calls: the groups of the last call, and how the walk went.
 #[pyclass(module = "memlab_rs._core")]

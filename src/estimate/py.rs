@@ -2,8 +2,8 @@
 
 use pyo3::prelude::*;
 
-use crate::render::estimate::text::Line;
-use crate::render::estimate::{html, text};
+use super::render::text::Line;
+use super::render::{html, text};
 
 /// The estimate as the original modelsize-style text table.
 #[pyfunction]

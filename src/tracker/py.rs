@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::render::tracker::{html as tracker_html, text as tracker_text};
+use super::render::{html as tracker_html, text as tracker_text};
 use crate::tracker::diff::DiffRow;
 
 /// Rows as `track()` returns them (sign, count, shape, dtype, bytes, type, names).

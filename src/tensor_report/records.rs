@@ -1,30 +1,6 @@
 //! Plain records: what the collector learned about each tensor, and the rows analysis makes
 //! of them. No Python object lives here, so a report never keeps a user's tensor alive.
 
-/// One storage, identified by the address of its C++ `StorageImpl` (`_cdata`), which is
-/// unique while the storage lives, unlike `data_ptr()` (0 for every empty storage).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StorageFacts {
-    pub key: usize,
-    pub nbytes: u64,
-    /// False for storages without real memory: meta and fake tensors (data_ptr 0).
-    pub has_memory: bool,
-}
-
-/// What the collector learned about one tensor (or one part of a sparse tensor).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TensorFacts {
-    pub name: String,
-    pub device: String,
-    /// Concrete sizes; None when a size is symbolic (then `shape_text` holds its str).
-    pub dims: Option<Vec<i64>>,
-    pub shape_text: String,
-    pub dtype: String,
-    pub numel: u64,
-    /// None when the tensor has no storage of its own (a wrapper subclass).
-    pub storage: Option<StorageFacts>,
-}
-
 /// One row of the report, after storages have been deduplicated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {

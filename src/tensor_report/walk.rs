@@ -12,8 +12,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::facts::FactReader;
-use super::records::TensorFacts;
+use crate::gc_walk::facts::{FactReader, TensorFacts};
 use crate::gc_walk::{self, Strategy};
 
 /// How a walk went: where the objects came from, whether it may have missed some, and

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::reporter::records::DeviceSection;
+use crate::tensor_report::records::DeviceSection;
 use crate::text::escape::escape;
 use crate::text::size::{human_bytes, memlab_bytes};
 

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use crate::render::test_memory::{text, Measurement, Peak, Row};
+use super::render::{text, Measurement, Peak, Row};
 
 /// One measurement as Python passes it: (device, peak bytes, bytes at the call's start,
 /// limit bytes or None, rows as (location, bytes, count), notices).

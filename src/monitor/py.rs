@@ -4,8 +4,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::render::monitor::html;
-use crate::render::monitor::text::{block, csv_header, csv_row, to_block, Figures};
+use super::render::html;
+use super::render::text::{block, csv_header, csv_row, to_block, Figures};
 
 /// The parameter rows' names (tied weights joined by `+`), held on the Rust side: they change
 /// only when the model's parameters do, and a block is printed every iteration.

@@ -1,6 +1,6 @@
 //! The report as JSON: one object per device, rows as objects with typed fields.
 
-use crate::reporter::records::{DeviceSection, Row};
+use crate::tensor_report::records::{DeviceSection, Row};
 use crate::text::escape::string;
 
 fn optional<T: ToString>(value: Option<T>) -> String {

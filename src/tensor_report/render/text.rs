@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::reporter::records::DeviceSection;
+use crate::tensor_report::records::DeviceSection;
 use crate::text::size::{human_bytes, memlab_bytes};
 
 /// pytorch_memlab's rule width.

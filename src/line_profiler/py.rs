@@ -2,8 +2,8 @@
 
 use pyo3::prelude::*;
 
+use super::render::{html as line_html, text as line_text};
 use crate::line_profiler::report::{FunctionBlock, LineEntry, LineReport};
-use crate::render::line_report::{html as line_html, text as line_text};
 
 /// One source line as Python sees it: (qualname, line, hits, code, values or None).
 type LineRecord = (String, u32, u64, String, Option<Vec<i64>>);

@@ -1,7 +1,8 @@
 //! MemReporter's core: gc walk -> tensor facts -> deduplicated rows -> renderers.
 
-pub mod facts;
+pub mod py;
 pub mod records;
+pub mod render;
 pub mod table;
 pub mod walk;
 
@@ -10,9 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::bindings;
 use crate::gc_walk;
-use crate::render;
+use crate::gc_walk::facts::{FactReader, TorchHandles};
 use crate::sources::driver;
 use records::{CudaAccounting, DeviceSection};
 use table::SortBy;
@@ -46,7 +46,7 @@ pub fn collect_report(
     pre_collect: bool,
 ) -> PyResult<ReportTable> {
     let torch = py.import("torch")?;
-    let mut reader = facts::FactReader::new(facts::TorchHandles::new(&torch)?);
+    let mut reader = FactReader::new(TorchHandles::new(&torch)?);
     let (facts, stats) = walk::collect_facts(py, &mut reader, named, pre_collect, false)?;
     Ok(ReportTable {
         sections: table::build_sections(facts),
@@ -129,13 +129,13 @@ impl ReportTable {
     /// The table as plain data (a saved `tensor_report` result's `data`): `sections` with
     /// their rows, CUDA figures and omitted rows, `incomplete`, and `walk` (how it was found).
     fn data<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        bindings::tensor_report::to_data(py, &self.sections, &self.stats)
+        py::to_data(py, &self.sections, &self.stats)
     }
 
     /// The table `data()` returned, rebuilt: it renders exactly as the original.
     #[staticmethod]
     fn from_data(data: &Bound<'_, PyDict>) -> PyResult<Self> {
-        let (sections, stats) = bindings::tensor_report::from_data(data)?;
+        let (sections, stats) = py::from_data(data)?;
         Ok(Self { sections, stats })
     }
 
@@ -175,17 +175,17 @@ impl ReportTable {
     /// pytorch_memlab's text layout; `verbose` shows `name(->owner)` for shared storages.
     #[pyo3(signature = (verbose=false))]
     fn text(&self, verbose: bool) -> String {
-        render::tensor_report::text::render(&self.sections, verbose, self.incomplete())
+        render::text::render(&self.sections, verbose, self.incomplete())
     }
 
     /// A self-contained HTML table per device.
     fn html(&self) -> String {
-        render::tensor_report::html::render(&self.sections, self.incomplete())
+        render::html::render(&self.sections, self.incomplete())
     }
 
     /// The report as a JSON document.
     fn json(&self) -> String {
-        render::tensor_report::json::render(&self.sections, self.incomplete())
+        render::json::render(&self.sections, self.incomplete())
     }
 
     /// Per-device totals as dicts.

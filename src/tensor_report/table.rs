@@ -4,10 +4,9 @@ use std::collections::HashMap;
 
 use indexmap::IndexMap;
 
-use super::records::{DeviceSection, Row, TensorFacts};
-
-/// The CUDA caching allocator hands out blocks in multiples of 512 bytes (kMinBlockSize).
-pub const CUDA_BLOCK: u64 = 512;
+use super::records::{DeviceSection, Row};
+use crate::allocator::caching::allocated_bytes;
+use crate::gc_walk::facts::TensorFacts;
 
 /// How to order rows within a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,15 +16,6 @@ pub enum SortBy {
     /// Largest charged bytes first.
     Size,
     Name,
-}
-
-/// Bytes a storage occupies on its device as the allocator sees it.
-pub fn allocated_bytes(device: &str, nbytes: u64) -> u64 {
-    if device.starts_with("cuda") && nbytes > 0 {
-        nbytes.div_ceil(CUDA_BLOCK) * CUDA_BLOCK
-    } else {
-        nbytes
-    }
 }
 
 /// Group facts by device and charge each storage to the first row that holds it.
@@ -95,7 +85,7 @@ pub fn sort_and_cut(sections: &mut [DeviceSection], sort_by: SortBy, top: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reporter::records::StorageFacts;
+    use crate::gc_walk::facts::StorageFacts;
 
     fn fact(name: &str, device: &str, key: usize, nbytes: u64) -> TensorFacts {
         TensorFacts {

@@ -1,6 +1,6 @@
 //! The tensor report's sections as plain Python data, and back: what a saved
 //! `tensor_report` result holds (docs/guide.md, *Saved results*). Rendering stays in
-//! `crate::render::tensor_report`; this only moves the records across the boundary.
+//! `crate::tensor_report::render`; this only moves the records across the boundary.
 
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::PyValueError;
@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::gc_walk::Strategy;
-use crate::reporter::records::{CudaAccounting, DeviceSection, Row};
-use crate::reporter::walk::WalkStats;
+use crate::tensor_report::records::{CudaAccounting, DeviceSection, Row};
+use crate::tensor_report::walk::WalkStats;
 
 /// `{"sections": [...], "incomplete": why or None, "walk": {...}}`: every field the
 /// renderers read, so a table rebuilt by `from_data` renders byte for byte the same.
