@@ -26,6 +26,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Union
 
+from . import _args
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 # The viewer's unpickler (torch/utils/viz/MemoryViz.js) stops at protocol 4.
@@ -143,7 +145,7 @@ def export_memory_viz(snapshot: dict[str, Any], path: PathLike, format: str = "p
         )
     _check_schema(snapshot)
     _plain(snapshot, "", set(), for_json=format == "json")
-    target = Path(os.fspath(path))
+    target = Path(_args.path(path, "path"))
     # A new file beside the target, renamed over it when complete: a failure leaves no
     # half-written snapshot, and the file gets the usual permissions (mkstemp's are 0600).
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

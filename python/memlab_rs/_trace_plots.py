@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from . import _args
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 INSTALL_HINT = (
@@ -208,6 +210,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     >>> timeline_png(view, "timeline.png")  # doctest: +SKIP
     """
     v = _checked_view(view)
+    path = _args.path(path, "path")
     fig = _figure(12, 6.2)
     if len(v["total"]) > MAX_POINTS:
         _downsample(v)
@@ -220,7 +223,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     if n == 0:
         ax.text(0.5, 0.5, "No samples: nothing was allocated while tracing.", ha="center")
         ax.set_axis_off()
-        fig.savefig(os.fspath(path), dpi=dpi)
+        fig.savefig(path, dpi=dpi)
         return
     t0 = v["time_us"][0]
     t_ms = [(t - t0) / 1000.0 for t in v["time_us"]]
@@ -277,7 +280,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
         title_fontsize=9,
         alignment="left",
     )
-    fig.savefig(os.fspath(path), dpi=dpi)
+    fig.savefig(path, dpi=dpi)
 
 
 def _mib_pairs(items: Any, parameter: str, noun: str) -> list[tuple[str, float]]:
@@ -310,6 +313,7 @@ def keyword_plot_png(
     ...                   ("Untrackable", 160.0)], 1000.0, "groups.png")  # doctest: +SKIP
     """
     checked = _mib_pairs(groups, "groups", "group")
+    path = _args.path(path, "path")
     expected = float(expected_mib)
     if not math.isfinite(expected) or expected < 0:
         raise ValueError(f"expected_mib must be a finite number >= 0, got {expected_mib!r}")
@@ -376,7 +380,7 @@ def keyword_plot_png(
         fontsize=9,
         frameon=False,
     )
-    fig.savefig(os.fspath(path), dpi=dpi)
+    fig.savefig(path, dpi=dpi)
 
 
 def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:

@@ -40,6 +40,8 @@ import socket
 import sys
 from typing import Any, Callable, ClassVar, Protocol
 
+from . import _args
+
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
 
@@ -193,8 +195,8 @@ def dumps(result: Result, indent: int | None = None) -> str:
 
 def save(result: Result, path: str | os.PathLike[str]) -> None:
     """Write ``result`` to ``path`` (gzip when it ends in ``.gz``)."""
+    name = _args.path(path, "path")
     text = dumps(result)
-    name = os.fspath(path)
     if name.endswith(".gz"):
         with gzip.open(name, "wt", encoding="utf-8") as f:
             f.write(text)
@@ -210,7 +212,7 @@ def load(path: str | os.PathLike[str]) -> Any:
     Errors are ``ValueError``s that name the file and the problem: not JSON, not a
     memlab_rs result, a newer schema, an unknown kind.
     """
-    name = os.fspath(path)
+    name = _args.path(path, "path")
     return from_document(read_document(name), name)
 
 
@@ -292,6 +294,23 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         raise ValueError(f"{name}: a damaged {kind} result ({type(e).__name__}: {e})") from None
 
 
+def check_result(item: Any, name: str) -> Any:
+    """``item`` if it is a result object (it has ``kind``, ``meta`` and ``to_data``); a
+    TypeError naming ``name`` otherwise.
+
+    >>> check_result(3, "a")
+    Traceback (most recent call last):
+    ...
+    TypeError: a must be a memlab_rs result (...) or the path of a saved one, got 3 (int)
+    """
+    if not (isinstance(getattr(item, "kind", None), str) and hasattr(item, "to_data")):
+        raise TypeError(
+            f"{name} must be a memlab_rs result (profiler.result(), MemReporter().collect(), "
+            f"...) or the path of a saved one, got {_args.shown(item)} ({type(item).__name__})"
+        )
+    return item
+
+
 class SavedResult:
     """What every result class shares: ``save(path)``, ``str()`` and ``repr()`` as its
     ``text()``, Jupyter's display as its ``html()`` (plain text where it has none).
@@ -347,9 +366,20 @@ def write_csv(
         writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
         writer.writeheader()
         writer.writerows(records)
-    text = out.getvalue()
+    return write_text(out.getvalue(), path)
+
+
+def write_text(text: str, path: str | os.PathLike[str] | None, name: str = "path") -> str:
+    """Write ``text`` to the caller's ``path`` (nothing for None) and return it: where every
+    ``to_csv(path)``, ``to_json(path)`` and the like write. A path that is not a str or
+    ``os.PathLike`` is a TypeError naming ``name``: ``open(True)`` would write to standard
+    output and close it.
+
+    >>> write_text("a,b\\n", None)
+    'a,b\\n'
+    """
     if path is not None:
-        with open(path, "w", encoding="utf-8", newline="") as f:
+        with open(_args.path(path, name), "w", encoding="utf-8", newline="") as f:
             f.write(text)
     return text
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
+from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
 from ._torch import device_key
 
 DEFAULT_MAX_ENTRIES = 1_000_000
@@ -104,9 +104,14 @@ class TraceResult:
         exclude: list[str] | None = None,
         meta: dict[str, Any] | None = None,
     ):
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(
+                f"meta must be a dict (results.run_meta()) or None, got {_args.shown(meta)}"
+            )
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
-        self.exclude = list(default_exclude() if exclude is None else exclude)
+        checked = _exclude_list(exclude)
+        self.exclude = default_exclude() if checked is None else checked
         self._analysis = _core.TraceAnalysis(snapshot, self.exclude)
         #: Where and when the result was made (``results.run_meta``); ``device`` is the
         #: device recorded when there is one.
@@ -207,15 +212,15 @@ class TraceResult:
         cache, other libraries' memory and other processes; None leaves Untrackable out."""
         if by not in ("module", "location"):
             raise ValueError(f"by={by!r}: use 'module' or 'location'")
+        items = _keyword_groups(groups)
         index = self._index(device)
         expected: int | None
-        if expected_sum == "driver":
+        if isinstance(expected_sum, str) and expected_sum == "driver":
             expected = _driver_used(index) if self.source == "cuda" else None
-        elif expected_sum is None or isinstance(expected_sum, int):
-            expected = expected_sum
-        else:
-            raise TypeError(f"expected_sum={expected_sum!r}: give bytes, None or 'driver'")
-        items = [(name, list(words)) for name, words in groups.items()]
+        elif expected_sum is None:
+            expected = None
+        else:  # bytes, as every size memlab_rs takes: an int, "2 GiB"
+            expected = _args.size(expected_sum, "expected_sum (bytes, None or 'driver')")
         return self._analysis.keywords(index, items, expected, by == "module")
 
     # -- renderings ------------------------------------------------------------------
@@ -234,30 +239,18 @@ class TraceResult:
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The report as JSON (figures, rows by location and module, notices)."""
-        text = self._analysis.json()
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
+        return results.write_text(self._analysis.json(), path)
 
     def to_dict(self) -> dict:
         return json.loads(self._analysis.json())
 
     def to_csv(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The tagging profiler's CSV: ``tag,MiB``, one row per tag alive at the peak."""
-        text = self._analysis.tag_csv(self._index(device))
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
+        return results.write_text(self._analysis.tag_csv(self._index(device)), path)
 
     def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The stacks of allocations alive at the peak that carry no module tag."""
-        text = self._analysis.untagged_log(self._index(device))
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
+        return results.write_text(self._analysis.untagged_log(self._index(device)), path)
 
     def to_dataframe(self, device: Any = None, by: str = "location"):
         """The rows as a pandas DataFrame (pandas is an optional extra)."""
@@ -267,6 +260,7 @@ class TraceResult:
             raise ImportError(
                 "to_dataframe() needs pandas: pip install pandas (or memlab_rs[pandas])"
             ) from None
+        _args.choice(by, "by", ("location", "module"))
         rows = self.rows(device) if by == "location" else self.module_rows(device)
         key = "location" if by == "location" else "module"
         return pd.DataFrame(
@@ -279,15 +273,13 @@ class TraceResult:
         highest moment of its stretch, so the peak keeps its exact height), with the ``top``
         locations of the peak stacked: a dict with ``title, time_us, total, layers,
         peak_index, peak_bytes, notices``."""
+        top = _args.count(top, "top", what="a number of locations, an int")
+        max_points = _args.count(max_points, "max_points", minimum=1, what="an int")
         return self._analysis.timeline(self._index(device), top, max_points)
 
     def timeline_html(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The timeline as one self-contained HTML file (no network needed to open it)."""
-        html = _core._trace_timeline_html(self.timeline(device))
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(html)
-        return html
+        return results.write_text(_core._trace_timeline_html(self.timeline(device)), path)
 
     def timeline_png(self, path: str | os.PathLike, device: Any = None) -> None:
         """The timeline as a PNG (needs matplotlib)."""
@@ -315,7 +307,7 @@ class TraceResult:
         result file (the snapshot, the exclude list and ``meta``; ``memlab_rs.load`` and
         ``trace.load`` read it), any other a snapshot pickle (protocol 4) that ``load``,
         torch's tools and pytorch.org/memory_viz read."""
-        name = os.fspath(path)
+        name = path = _args.path(path, "path")
         if name.endswith((".json", ".json.gz")):
             results.save(self, name)
             return
@@ -373,6 +365,40 @@ class TraceResult:
 results.register("trace", TraceResult.from_data)
 
 
+def _exclude_list(exclude: Any) -> list[str] | None:
+    """``exclude`` as a list of path parts (None stays None); a TypeError naming it
+    otherwise (a bare string would be taken letter by letter)."""
+    if exclude is None:
+        return None
+    if isinstance(exclude, (str, bytes, dict)) or not isinstance(exclude, (list, tuple)):
+        raise TypeError(
+            f"exclude must be a list of path parts (strings), or None for default_exclude(), "
+            f"got {_args.shown(exclude)} ({type(exclude).__name__})"
+        )
+    bad = [p for p in exclude if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"exclude must hold strings (path parts), got {_args.shown(bad[0])}")
+    return list(exclude)
+
+
+def _keyword_groups(groups: Any) -> list[tuple[str, list[str]]]:
+    """``groups`` ({name: [keyword, ...]}) as (name, keywords) pairs; a TypeError naming
+    ``groups`` otherwise."""
+    usage = "groups must be a dict of a group's name to its keywords, e.g. {'attention': ['attn']}"
+    if not isinstance(groups, dict):
+        raise TypeError(f"{usage}; got {_args.shown(groups)} ({type(groups).__name__})")
+    items = []
+    for name, words in groups.items():
+        if isinstance(words, str):
+            words = [words]
+        if not isinstance(name, str) or not isinstance(words, (list, tuple)):
+            raise TypeError(f"{usage}; got {_args.shown(name)}: {_args.shown(words)}")
+        if not all(isinstance(w, str) for w in words):
+            raise TypeError(f"{usage}; the keywords of {name!r} are not all strings")
+        items.append((name, list(words)))
+    return items
+
+
 def _driver_used(index: int) -> int | None:
     """Bytes in use on a CUDA device by the driver's count (cudarc; None without a driver)."""
     found = _core.driver_device_memory(index) if _core.driver_available() else None
@@ -390,6 +416,7 @@ def load(source: str | os.PathLike | dict, exclude: list[str] | None = None) -> 
     >>> trace.load({"segments": [], "device_traces": [[]]}).devices
     []
     """
+    exclude = _exclude_list(exclude)
     if isinstance(source, dict):
         return TraceResult(source, exclude)
     if not isinstance(source, (str, os.PathLike)):
@@ -522,13 +549,22 @@ class Tracer:
         tag_modules: bool | str = False,
         exclude: list[str] | None = None,
     ):
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"max_entries={max_entries!r}: give a positive int")
+        max_entries = _args.count(max_entries, "max_entries", minimum=1)
+        exclude = _exclude_list(exclude)
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"model must be the torch.nn.Module whose modules name the tags, or None, got "
+                f"{_args.shown(model)} ({type(model).__name__})"
+            )
         if tag_modules not in (True, False, "forward"):
             raise ValueError(f"tag_modules={tag_modules!r}: use True, False or 'forward'")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         key = device_key(device)
+        if key != "cpu" and not key.startswith("cuda:"):
+            raise ValueError(
+                f"device={device!r}: the trace records CPU or CUDA memory ('cpu', 'cuda:N')"
+            )
         self.cuda = key.startswith("cuda")
         if self.cuda:
             from ._torch import cuda_index_exists
