@@ -216,13 +216,14 @@ pub fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
             .filter(|n| n.is_instance_of::<PyInt>())
     };
     let Some(n) = integer else {
-        let fix = if size.is_instance_of::<PyFloat>() {
-            "round a computed size with int(), or give"
+        let hint = if size.is_instance_of::<PyFloat>() {
+            " (round a computed size with int())"
         } else {
-            "give"
+            ""
         };
         return Err(PyTypeError::new_err(format!(
-            "a size must be a string or an int of bytes, not {type_name} ({}); {fix} {SIZE_FORMS}",
+            "a size must be a string or an int of bytes, not {type_name} ({}); give \
+             {SIZE_FORMS}{hint}",
             size.repr()?
         )));
     };

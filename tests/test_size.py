@@ -264,7 +264,8 @@ def test_a_size_is_any_integer_and_a_float_is_refused_with_the_fix():
     from memlab_rs import parse_size
 
     assert parse_size(np.int64(1 << 20)) == 1 << 20
-    with pytest.raises(TypeError, match=r"not float \(0.5\); round a computed size with int\(\)"):
+    rounded = r"not float \(0.5\); give .*\(round a computed size with int\(\)\)$"
+    with pytest.raises(TypeError, match=rounded):
         parse_size(0.5)
     with pytest.raises(ValueError, match="an int of 1329 bits is not a size"):
         parse_size(10**400)
