@@ -211,7 +211,10 @@ class LineProfiler:
         fields, located once and checked against torch at enable, disable and every few
         thousand lines or every second; ``"torch._C._cuda_memoryStats"``: the binding, on
         every line (set ``MEMLAB_RS_CUDA_STATS=binding`` to force it; it also takes over
-        for good after any disagreement, and the report says so); ``"storage counts"``: CPU.
+        for good after any disagreement, and the report says so); ``"allocator hook"``:
+        CPU, memlab_rs's hook on torch's CPU allocator, which counts every CPU storage;
+        ``"dispatch mode"``: CPU, the fallback where the hook cannot be used (it counts
+        the outputs of torch's operators, and the report says why it was taken).
         """
         return self._collector.stats_reader
 
