@@ -210,6 +210,21 @@ def test_a_device_index_torch_would_wrap_is_refused():
         memlab_rs.Courtesy(200)
 
 
+@pytest.mark.cuda
+def test_every_spelling_of_an_existing_gpu_is_still_taken():
+    """The check against torch's wrapping of device indexes leaves real devices alone."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    last = torch.cuda.device_count() - 1
+    for device in (0, "cuda", "cuda:0", torch.device("cuda", last), f"cuda:{last}", last):
+        assert memlab_rs.LineProfiler(device=device).device.startswith("cuda:")
+        assert trace.Tracer(device=device).device.startswith("cuda:")
+    assert memlab_rs.LineProfiler(target_gpu=f"cuda:{last}").target_gpu == last
+    assert memlab_rs.Courtesy(f"cuda:{last}")._devices == {torch.device("cuda", last)}
+    with pytest.raises(ValueError, match=f"there is no cuda:{last + 1}"):
+        memlab_rs.LineProfiler(device=last + 1)
+
+
 def test_a_size_parameter_takes_every_size_parse_size_takes(made):
     """regressions(over=), max_batch_size(budget=) and keywords(expected_sum=) read sizes
     as parse_size does: "20 MB" is 20,000,000 bytes wherever it is written."""
@@ -340,8 +355,16 @@ def size(v: Any) -> bool:
 
 
 def cpu_device(v: Any) -> bool:
-    """A device the CPU-only tests can use: None or one spelling of the CPU."""
-    return v is None or (isinstance(v, torch.device) and v.type == "cpu") or v == "cpu"
+    """A device the tools read: None, the CPU, or (on a GPU machine) a CUDA device that
+    exists, written as an index, "cuda" or "cuda:N"."""
+    if v is None or (isinstance(v, torch.device) and v.type == "cpu") or v == "cpu":
+        return True
+    if not torch.cuda.is_available():
+        return False
+    if is_int(v):
+        return 0 <= v < torch.cuda.device_count()
+    found = re.fullmatch(r"cuda(?::(\d+))?", v) if isinstance(v, str) else None
+    return found is not None and int(found.group(1) or 0) < torch.cuda.device_count()
 
 
 def device_but_cuda(v: Any) -> bool:
