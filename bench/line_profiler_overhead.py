@@ -1,7 +1,13 @@
 """Line profiler overhead: memlab_rs vs pytorch_memlab 0.3.2 vs no profiler, side by side.
 
-1. CPU: with the profiler enabled on one function, a pure-Python loop that is NOT profiled
-   (target: at most 1.05x its unprofiled time).
+1. CPU: with the profiler enabled on one function, code that is NOT profiled: a tight
+   pure-Python loop (target: at most 1.05x its unprofiled time, met with sys.monitoring on
+   3.12+), a call-heavy loop (a function call per iteration; the called function doing a
+   little arithmetic, then nothing) and a CPU training step of the bundled TinyGPT. On
+   3.9-3.11 the interpreter runs in tracing mode and calls the C trace function at every
+   call and return of every frame, so these are the figures the guide's "Cost" states;
+   they are timed in this thread's CPU time (time.thread_time, one torch thread), which
+   other processes on a shared machine do not inflate.
 2. Cost of one profiled line (a function of 20 lines, called in a loop).
 3. GPU (when CUDA is available), the workloads of CONTRIBUTING.md: GPT-2 (124M) at batch 8x512
    and 1x64, ResNet-50 at 64x3x224x224; profiling the training step ("step") and also the
@@ -11,6 +17,7 @@ Variants run alternately, round after round, and we print medians and their rati
 unprofiled median (the machines drift by several percent between runs).
 
     python bench/line_profiler_overhead.py [--rounds 11] [--steps 5] [--skip-gpu]
+                                           [--unprofiled-only]
 """
 
 from __future__ import annotations
@@ -41,6 +48,30 @@ def unrelated_loop(n: int) -> int:
     total = 0
     for i in range(n):
         total += (i * i) % 7
+    return total
+
+
+def square_mod(i: int) -> int:
+    return (i * i) % 7
+
+
+def unrelated_calls(n: int) -> int:
+    """The tight loop with a function call per iteration."""
+    total = 0
+    for i in range(n):
+        total += square_mod(i)
+    return total
+
+
+def same(i: int) -> int:
+    return i
+
+
+def unrelated_empty_calls(n: int) -> int:
+    """A call per iteration to a function that does nothing: the call is all the work."""
+    total = 0
+    for i in range(n):
+        total += same(i)
     return total
 
 
@@ -95,10 +126,11 @@ def nothing():
     yield None
 
 
-def alternate(variants: dict, run, rounds: int) -> dict[str, float]:
+def alternate(variants: dict, run, rounds: int, clock=time.perf_counter) -> dict[str, float]:
     """Median seconds of one `run()` under each variant, the variants taking turns.
 
-    `run` returns a list of timings (one per step) or None to be timed as a whole.
+    `run` returns a list of timings (one per step) or None to be timed as a whole by
+    `clock`.
     """
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(rounds):
@@ -106,9 +138,9 @@ def alternate(variants: dict, run, rounds: int) -> dict[str, float]:
         names = names[r % len(names) :] + names[: r % len(names)]  # rotate the order
         for name in names:
             with variants[name]():
-                start = time.perf_counter()
+                start = clock()
                 steps = run()
-                elapsed = time.perf_counter() - start
+                elapsed = clock() - start
             times[name] += steps if isinstance(steps, list) else [elapsed]
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -128,9 +160,40 @@ def cpu_unrelated(rounds: int):
     }
     if PeerProfiler is not None and HAVE_CUDA:
         variants["pytorch_memlab"] = lambda: peer(profiled_elsewhere)
-    medians = alternate(variants, lambda: unrelated_loop(400_000), rounds * 2)
-    show("1. unprofiled pure-Python loop (400k iterations), profiler on another function",
-         medians)
+    medians = alternate(variants, lambda: unrelated_loop(400_000), rounds * 2, time.thread_time)
+    show("1a. unprofiled tight pure-Python loop (400k iterations), profiler on another "
+         "function (thread CPU time)", medians)
+    medians = alternate(variants, lambda: unrelated_calls(200_000), rounds * 2, time.thread_time)
+    show("1b. unprofiled call-heavy loop (200k iterations, a call each), profiler on another "
+         "function (thread CPU time)", medians)
+    medians = alternate(
+        variants, lambda: unrelated_empty_calls(200_000), rounds * 2, time.thread_time
+    )
+    show("1c. the same, the function called doing nothing (thread CPU time)", medians)
+    if HAVE_CUDA:
+        return  # the step below is the CPU's; section 3 has the GPU workloads
+    from memlab_rs.models import TinyGPT
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the whole step on this thread: thread CPU time sees it all
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=1000, dim=128, layers=4, heads=4, context=128)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (2, 64))
+
+    def train_step():
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        train_step()
+    medians = alternate(variants, train_step, rounds * 2, time.thread_time)
+    torch.set_num_threads(threads)
+    show("1d. unprofiled CPU training step, TinyGPT(dim 128, 4 layers) 2x64 AdamW, profiler "
+         "on another function (thread CPU time)", medians)
 
 
 def per_line_cost(rounds: int):
@@ -234,6 +297,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--skip-gpu", action="store_true")
+    parser.add_argument(
+        "--unprofiled-only", action="store_true", help="section 1 only (the guide's Cost)"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     gpu = torch.cuda.get_device_name(0) if HAVE_CUDA else "no GPU"
@@ -247,6 +313,8 @@ def main():
             why = memlab_rs._core._cuda_direct_why_not(0)
             print(f"memlab_rs CUDA statistics read from: {lp.stats_reader} {why or ''}")
     cpu_unrelated(args.rounds)
+    if args.unprofiled_only:
+        return
     per_line_cost(args.rounds)
     if HAVE_CUDA and not args.skip_gpu:
         gpu_workloads(args.rounds, args.steps)

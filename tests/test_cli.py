@@ -580,6 +580,32 @@ def test_diff_and_merge_bad_input(two_runs: tuple[Path, Path]):
     assert proc.returncode == 2 and "'lots' is not a size" in proc.stderr
 
 
+def test_diff_fail_over_reads_a_size_as_every_size_is_read(two_runs: tuple[Path, Path]):
+    """--fail-over 2MB is 2,000,000 bytes, as parse_size and the pytest markers read it (it
+    was 2 MiB); 2M and 2MiB are 2 MiB; a 400-digit size is a usage error (it was an
+    OverflowError, status 1)."""
+    from memlab_rs import parse_size
+
+    folder = two_runs[0].parent
+    rows = json.loads(cli_in_process("diff", "a.json", "b.json", "--format", "json", cwd=folder)
+                      .stdout)["rows"]  # fmt: skip
+    over_mb = sum(r["change"] > 2_000_000 for r in rows)
+    over_mib = sum(r["change"] > 2 << 20 for r in rows)
+    assert over_mb > over_mib > 0  # lines that grew by exactly 2 MiB tell them apart
+    gate = cli_in_process("diff", "a.json", "b.json", "--fail-over", "2MB", cwd=folder)
+    assert parse_size("2MB") == 2_000_000
+    assert gate.returncode == 1
+    assert gate.stderr.startswith(f"memlab-rs diff: {over_mb} grew by more than 1.91M;")
+    for mib in ("2M", "2MiB", "2 mib", str(2 << 20)):
+        gate = cli_in_process("diff", "a.json", "b.json", "--fail-over", mib, cwd=folder)
+        assert gate.returncode == 1
+        assert gate.stderr.startswith(f"memlab-rs diff: {over_mib} grew by more than 2.00M;")
+    huge = cli_in_process("diff", "a.json", "b.json", "--fail-over", "9" * 400, cwd=folder)
+    assert huge.returncode == 2
+    assert "argument --fail-over: " in huge.stderr
+    assert "is not a size: it is more than 18446744073709551615 bytes" in huge.stderr
+
+
 def test_merge_line_profiles_of_two_ranks(workdir: Path):
     """Two ranks (torchrun's environment, no process group): rank 1 works on twice the
     data; merge shows each line's min, median and max and that rank 1 holds the max."""

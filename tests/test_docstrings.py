@@ -32,6 +32,7 @@ import pytest
         "memlab_rs._profiled_run",
         "memlab_rs.pytest_plugin",
         "memlab_rs.pytest_result",
+        "memlab_rs._args",
     ],
 )
 def test_docstring_examples(module):

@@ -219,6 +219,20 @@ def test_malformed_limits_fail_collection(pytester):
     assert not (pytester.path / "ran.txt").exists()
 
 
+def test_memlab_save_on_a_file_is_a_usage_error_not_an_internal_error(pytester):
+    """--memlab-save FILE on an existing file made os.makedirs raise FileExistsError inside
+    pytest_configure: an INTERNALERROR traceback. Now it is a usage error naming the file."""
+    pytester.makepyfile(test_a="def test_a():\n    pass\n")
+    (pytester.path / "results.json").write_text("{}")
+    result = run(pytester, "--memlab-save", "results.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --memlab-save results.json: that is a file, not a folder; give a folder*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "results.json").read_text() == "{}"
+
+
 def test_markers_are_registered(pytester):
     """--strict-markers accepts them, and --markers documents them."""
     pytester.makepyfile(

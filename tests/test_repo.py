@@ -87,7 +87,13 @@ def test_licence_and_classifiers():
     assert 'requires-python = ">=3.9"' in pyproject
 
 
-@pytest.mark.parametrize("figure", ["1.9x", "6-8x", "1.1-1.2x"])
+@pytest.mark.parametrize(
+    "figure", ["1.47x (1.45-1.49)", "2.15x (2.12-2.33)", "5.35x (5.22-7.56)", "7.13x (6.59-7.30)"]
+)
 def test_the_guide_states_the_tracing_slowdown_below_312(figure):
+    """The figures measured with bench/line_profiler_overhead.py --unprofiled-only (the
+    guide names the machine); the README quotes their range."""
     cost = (ROOT / "docs" / "guide.md").read_text().split("### Cost")[1].split("\n## ")[0]
-    assert figure in cost and "3.12" in cost
+    assert figure in cost and "3.12" in cost and "--unprofiled-only" in cost
+    readme = (ROOT / "README.md").read_text()
+    assert "1.5-2.2x for a tight loop, 2.7-7.1x for call-heavy" in readme

@@ -1,9 +1,15 @@
-"""readable_size: pytorch_memlab's exact strings."""
+"""readable_size: pytorch_memlab's exact strings; parse_size: one meaning of a size string
+everywhere memlab_rs takes one."""
 
 import math
+import os
+import re
+from fractions import Fraction
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memlab_rs import readable_size
 
@@ -81,8 +87,14 @@ def test_inf_like_pytorch_memlab():
         ("2 MiB", 2 * 1024 * 1024),
         ("512 KiB", 512 * 1024),
         ("512kib", 512 * 1024),  # any case
-        ("1K", 1000),
+        ("1KB", 1000),
         ("1Ki", 1024),
+        # A bare letter is readable_size's, powers of 1024: what a report prints parses back.
+        ("1K", 1024),
+        ("16M", 16 * 1024 * 1024),
+        ("4.00M", 4 * 1024 * 1024),
+        ("1.5g", 1536 * 1024 * 1024),
+        ("2 mb", 2_000_000),
         ("0 B", 0),
         ("4.1 MB", 4_100_000),  # bytesize's f64 product would give 4099999
         ("0.5 KiB", 512),
@@ -119,3 +131,141 @@ def test_parse_size_rejects(value, error, message):
     with pytest.raises(error) as raised:
         parse_size(value)
     assert message in str(raised.value).replace('"', "'")
+
+
+# -- one meaning of a size string everywhere (issue 20, item 10) ----------------------------
+# `memlab-rs diff --fail-over 2MB` meant 2 MiB (a regular expression of its own) while
+# parse_size and the pytest markers meant 2,000,000 bytes; a 400-digit size was an
+# OverflowError. Every size now goes through parse_size, whose grammar is checked here
+# against a reference written from the guide's table.
+
+FUZZ = settings(
+    max_examples=int(200 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
+    deadline=None,
+    database=None,
+)
+
+_UNITS = {"": 1, "B": 1}
+for _power, _prefix in enumerate("KMGTPE", 1):
+    _UNITS[_prefix + "B"] = 1000**_power
+    for _iec in ("", "I", "IB"):
+        _UNITS[_prefix + _iec] = 1024**_power
+
+
+def reference_bytes(text: str) -> int | None:
+    """The bytes the guide's Sizes section says ``text`` means, or None for a malformed
+    size: a decimal number, optional spaces, a unit of _UNITS in any case."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]*)\s*([A-Za-z]*)\s*", text)
+    if found is None or found.group(1) in ("", ".") or found.group(2).upper() not in _UNITS:
+        return None
+    whole, _, fraction = found.group(1).partition(".")
+    if len(fraction.rstrip("0")) > 38 or len(whole.lstrip("0") + fraction.rstrip("0")) > 38:
+        return None  # beyond the parser's 128-bit digits: refused, whatever the value
+    unit = found.group(2).upper()
+    exact = Fraction(found.group(1)) * _UNITS[unit]
+    if exact.denominator != 1:
+        if len(unit) != 1 or unit == "B":
+            return None  # not a whole number of bytes
+        exact = Fraction(int(exact + Fraction(1, 2)))  # readable_size's form: the nearest
+    return int(exact) if exact <= 2**64 - 1 else None
+
+
+unit_names = st.sampled_from(sorted(_UNITS)).flatmap(
+    lambda u: st.sampled_from(sorted({u, u.lower(), u.capitalize(), u.swapcase()}))
+)
+numbers = st.one_of(
+    st.integers(0, 10**22).map(str),
+    st.tuples(st.integers(0, 10**6), st.integers(0, 10**9)).map(lambda t: f"{t[0]}.{t[1]}"),
+    st.integers(0, 10**6).map(lambda n: f".{n}"),
+)
+size_texts = st.tuples(numbers, st.sampled_from(["", " ", "  ", "\t"]), unit_names).map("".join)
+ascii_texts = st.text(alphabet=st.sampled_from("0123456789.kKmMgGtTpPeEiIbB -+eZx\t"), max_size=12)
+
+
+@FUZZ
+@given(st.one_of(size_texts, ascii_texts))
+def test_parse_size_means_what_the_guide_says(text):
+    from memlab_rs import parse_size
+
+    expected = reference_bytes(text)
+    if expected is None:
+        with pytest.raises(ValueError, match="is not a size"):
+            parse_size(text)
+    else:
+        assert parse_size(text) == expected
+
+
+@FUZZ
+@given(st.integers(0, 2**63))  # (near 2**64, "16384.00P" rounds to more than fits)
+def test_what_readable_size_prints_parses_back(num_bytes):
+    """A size copied from a report ("4.00M", pytorch_memlab's format) means the bytes the
+    report meant, to the rounding of its two decimals."""
+    from memlab_rs import parse_size
+
+    text = readable_size(num_bytes)
+    unit = 1024 ** "BKMGTP".index(text[-1])
+    assert abs(parse_size(text) - num_bytes) <= unit / 200 + 0.5, text
+    assert parse_size(str(num_bytes)) == parse_size(num_bytes) == num_bytes
+
+
+@FUZZ
+@given(st.one_of(size_texts, ascii_texts, st.integers(-(2**70), 2**70)))
+def test_the_cli_the_markers_and_parse_size_read_a_size_alike(size):
+    """One parser: `diff --fail-over`, @pytest.mark.limit_memory and parse_size agree on
+    every value, in what they accept and in what it means."""
+    import argparse
+
+    from memlab_rs import parse_size
+    from memlab_rs.cli import _size_argument
+    from memlab_rs.pytest_plugin import parse_limit
+
+    try:
+        expected = parse_size(size)
+    except ValueError as error:
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            parse_limit(pytest.mark.limit_memory(size).mark)
+        if isinstance(size, str):
+            why = str(error).split(" is not a size: ")[1]
+            with pytest.raises(argparse.ArgumentTypeError, match=re.escape(why)):
+                _size_argument(size)
+        return
+    assert parse_limit(pytest.mark.limit_memory(size).mark).limit_bytes == expected
+    if isinstance(size, str):
+        assert _size_argument(size) == expected
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.binary(max_size=4),
+        st.lists(st.integers(), max_size=2),
+        st.text(max_size=30),
+        st.integers(-(2**200), 2**200),
+        st.complex_numbers(max_magnitude=10),
+    )
+)
+def test_parse_size_refuses_what_is_not_a_size_with_a_type_or_value_error(value):
+    from memlab_rs import parse_size
+
+    try:
+        found = parse_size(value)
+    except (TypeError, ValueError) as error:
+        assert "size" in str(error)
+        assert len(str(error)) < 600  # a 200-bit int is described, not printed
+    else:
+        assert isinstance(found, int) and 0 <= found < 2**64
+
+
+def test_a_size_is_any_integer_and_a_float_is_refused_with_the_fix():
+    np = pytest.importorskip("numpy")
+    from memlab_rs import parse_size
+
+    assert parse_size(np.int64(1 << 20)) == 1 << 20
+    rounded = r"not float \(0.5\); give .*\(round a computed size with int\(\)\)$"
+    with pytest.raises(TypeError, match=rounded):
+        parse_size(0.5)
+    with pytest.raises(ValueError, match="an int of 1329 bits is not a size"):
+        parse_size(10**400)

@@ -6,7 +6,7 @@
 from . import results as results  # memlab_rs.results: the saved-result format
 from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
-from ._core import readable_size
+from ._core import parse_size, readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .diff import ResultDiff, diff_results
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
@@ -59,6 +59,7 @@ __all__ = [
     "max_batch_size",
     "memory_profiler",
     "merge_results",
+    "parse_size",
     "profile",
     "profile_every",
     "readable_size",

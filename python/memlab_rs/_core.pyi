@@ -6,7 +6,7 @@ compares the names with ``dir(memlab_rs._core)``.
 
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, final
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 
@@ -91,9 +91,10 @@ __version__: str
 _CPU_PROBE_BYTES: int
 
 # size.rs
-def parse_size(size: str | int) -> int:
-    """The bytes of a size written as ``"512 MB"``, ``"1.5GiB"`` or ``"1048576"`` (bytes),
-    exactly; an int of bytes is taken as is. ValueError for a malformed size."""
+def parse_size(size: str | SupportsIndex) -> int:
+    """The bytes of a size written as ``"512 MB"`` (powers of 1000), ``"1.5GiB"`` or
+    ``"16M"`` (powers of 1024) or ``"1048576"`` (bytes), exactly; an int of bytes is taken
+    as is. ValueError for a malformed size, TypeError for a value of another type."""
 
 def readable_size(num_bytes: Any) -> str:
     """pytorch_memlab's size string: ``readable_size(4194304) == '4.00M'``."""

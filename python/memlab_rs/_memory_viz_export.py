@@ -25,6 +25,7 @@ import pickle
 from pathlib import Path
 from typing import Any, Union
 
+from . import _args
 from ._atomic_write import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -144,7 +145,7 @@ def export_memory_viz(snapshot: dict[str, Any], path: PathLike, format: str = "p
         )
     _check_schema(snapshot)
     _plain(snapshot, "", set(), for_json=format == "json")
-    target = Path(os.fspath(path))
+    target = Path(_args.path(path, "path"))
     # Whole or not at all: a failure leaves no half-written snapshot (_atomic_write).
     with atomic_open(target, binary=format == "pickle") as f:
         if format == "pickle":

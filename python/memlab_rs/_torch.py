@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from collections.abc import Iterable, Iterator
 
 import torch
+
+from . import _args
 
 
 def cuda_ready() -> bool:
@@ -42,7 +45,7 @@ def device_key(device: torch.device | str | int, name: str = "device") -> str:
     integer-like value) is a CUDA index. Anything else is a TypeError or ValueError that
     names the parameter ``name``.
     """
-    dev = _parse_device(device, name)
+    dev = parse_device(device, name)
     if dev.type == "cuda" and dev.index is None:
         index = torch.cuda.current_device() if cuda_ready() else 0
         return f"cuda:{index}"
@@ -58,14 +61,21 @@ def report_device(device: torch.device | str | int, name: str = "device") -> str
     return key
 
 
-def _parse_device(device: object, name: str) -> torch.device:
+def parse_device(device: object, name: str) -> torch.device:
+    """``device`` as a ``torch.device`` (a device, a string such as ``"cuda:1"`` or a CUDA
+    index); a TypeError or ValueError naming ``name`` otherwise, also for an index torch
+    would wrap round (``"cuda:256"`` is cuda:0 to torch)."""
     if isinstance(device, torch.device):
         return device
     if isinstance(device, str):
         try:
-            return torch.device(device)
+            dev = torch.device(device)
         except RuntimeError as error:
             raise ValueError(f"{name}={device!r} is not a device: {error}") from None
+        written = re.fullmatch(r"[a-z_]+:(\d+)", device)
+        if written is not None:
+            same_index(int(written.group(1)), dev, device, name)
+        return dev
     if not isinstance(device, bool):
         try:
             index = operator.index(device)  # type: ignore[arg-type]
@@ -77,11 +87,26 @@ def _parse_device(device: object, name: str) -> torch.device:
                     f"{name}={device!r}: a CUDA device index is 0 or more "
                     "(use 'cpu' for the CPU)"
                 )
-            return torch.device("cuda", index)
+            try:
+                dev = torch.device("cuda", index)
+            except (ValueError, OverflowError, RuntimeError):  # beyond a C long long
+                dev = torch.device("cuda")
+            same_index(index, dev, device, name)
+            return dev
     raise TypeError(
         f"{name} must be a torch.device, a device string ('cpu', 'cuda:0') or a CUDA device "
         f"index, got {device!r} ({type(device).__name__})"
     )
+
+
+def same_index(index: int, dev: torch.device, given: object, name: str) -> None:
+    """torch keeps a device index in a small integer and wraps what does not fit
+    (``torch.device("cuda", 200)`` is cuda:-56, ``"cuda:256"`` is cuda:0): refuse it."""
+    if dev.index != index:
+        raise ValueError(
+            f"{name}={_args.shown(given)}: no device has that index (torch numbers devices "
+            "with small integers, 0 to 127)"
+        )
 
 
 def cuda_index_exists(index: int, what: str) -> None:
@@ -183,11 +208,13 @@ def line_profiler_device(device: torch.device | str | int | None, target_gpu: in
     """
     if device is None:
         return checked_cuda_device(target_gpu) if torch.cuda.is_available() else "cpu"
-    dev = _parse_device(device, "device")
+    dev = parse_device(device, "device")
     if dev.type == "cpu":
         return "cpu"
     if dev.type != "cuda":
-        raise ValueError(f"the line profiler reads CPU or CUDA memory, not {dev.type!r}")
+        raise ValueError(
+            f"device={device!r}: the line profiler reads CPU or CUDA memory, not {dev.type!r}"
+        )
     return checked_cuda_device(target_gpu if dev.index is None else dev.index)
 
 

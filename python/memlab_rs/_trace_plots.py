@@ -20,6 +20,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
+from . import _args
 from ._atomic_write import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -210,6 +211,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     >>> timeline_png(view, "timeline.png")  # doctest: +SKIP
     """
     v = _checked_view(view)
+    path = _args.path(path, "path")
     fig = _figure(12, 6.2)
     if len(v["total"]) > MAX_POINTS:
         _downsample(v)
@@ -312,6 +314,7 @@ def keyword_plot_png(
     ...                   ("Untrackable", 160.0)], 1000.0, "groups.png")  # doctest: +SKIP
     """
     checked = _mib_pairs(groups, "groups", "group")
+    path = _args.path(path, "path")
     expected = float(expected_mib)
     if not math.isfinite(expected) or expected < 0:
         raise ValueError(f"expected_mib must be a finite number >= 0, got {expected_mib!r}")

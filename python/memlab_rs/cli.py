@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -191,8 +190,9 @@ def _parser() -> argparse.ArgumentParser:
         "--fail-over",
         metavar="SIZE",
         type=_size_argument,
-        help="exit with status 1 when a line or tensor grew by more than SIZE bytes "
-        "(1048576, 512K, 1.5M, 2G): a regression check",
+        help="exit with status 1 when a line or tensor grew by more than SIZE: bytes "
+        "(1048576) or a number and a unit, 16M or 16MiB (powers of 1024, as the reports "
+        "write sizes), 16MB (powers of 1000); a regression check",
     )
     diff.set_defaults(handler=_diff)
 
@@ -234,21 +234,20 @@ def _columns_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?B?", re.IGNORECASE)
-
-
 def _size_argument(text: str) -> int:
-    """A byte count: an integer, or a number with K, M, G or T (powers of 1024).
+    """A byte count, as every size memlab_rs takes (``memlab_rs.parse_size``): bytes, or a
+    number and a unit (``16M`` and ``16MiB`` are 16 MiB, ``16MB`` 16,000,000 bytes).
 
-    >>> _size_argument("512K"), _size_argument("1.5M"), _size_argument("100")
-    (524288, 1572864, 100)
+    >>> _size_argument("512K"), _size_argument("1.5M"), _size_argument("2MB"), _size_argument("100")
+    (524288, 1572864, 2000000, 100)
     """
-    found = _SIZE.fullmatch(text.strip())
-    if found is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (1048576, 512K, 1.5M, 2G)")
-    number, unit = found.groups()
-    scale = 1 << (10 * " KMGT".index(unit.upper() or " "))
-    return int(float(number) * scale)
+    from ._core import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as error:  # argparse shows an ArgumentTypeError's message as it is
+        why = str(error).split(" is not a size: ", 1)[-1]  # the value as a shell user wrote it
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: {why}") from None
 
 
 def _columns(args: argparse.Namespace) -> list[str] | None | str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from . import _core
+from . import _args, _core, _torch
 from ._core import readable_size
 
 log = logging.getLogger("memlab_rs.courtesy")
@@ -178,6 +178,8 @@ class Courtesy:
         iterable of them. A string is one device, never a sequence of characters."""
         if isinstance(devices, (str, torch.device)) or _is_index(devices):
             return {cls._device(devices)}
+        if isinstance(devices, (bytes, dict)):  # not a list of devices (bytes: of ints)
+            devices = [devices]
         try:
             items = list(devices)
         except TypeError:
@@ -193,7 +195,7 @@ class Courtesy:
             index = operator.index(device)
             if index < 0:
                 raise ValueError(f"Courtesy(devices=...): a CUDA index is 0 or more, got {index}")
-            dev = torch.device("cuda", index)
+            dev = _torch.parse_device(index, "devices")
         elif isinstance(device, (str, torch.device)):
             try:
                 dev = torch.device(device)
@@ -201,6 +203,7 @@ class Courtesy:
                 raise ValueError(
                     f"Courtesy(devices=...): {device!r} is not a device: {error}"
                 ) from None
+            dev = _torch.parse_device(device, "devices")
         else:
             raise TypeError(
                 "Courtesy(devices=...) takes CUDA devices (an index, 'cuda:N' or a "
@@ -604,11 +607,9 @@ class Preemption:
 
 
 def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    return float(value)
+    """A finite number of seconds >= 0 (an infinite wait would be an OverflowError in
+    ``time.sleep`` much later, far from the argument that caused it)."""
+    return _args.number(value, name, maximum=threading.TIMEOUT_MAX, what="a number of seconds")
 
 
 def on_signal(

@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from . import results
+from . import _args, results
 from ._columns import check_saved_columns
 from ._core import readable_size
 from .line_result import DEFAULT_COLUMNS
@@ -50,11 +50,12 @@ def diff_results(a: Any, b: Any, columns: Sequence[str] | None = DEFAULT_COLUMNS
     """
     names = []
     loaded = []
-    for item in (a, b):
+    for parameter, item in (("a", a), ("b", b)):
         if isinstance(item, (str, os.PathLike)):
-            names.append(os.fspath(item))
+            names.append(_args.path(item, parameter))
             loaded.append(results.load(item))
         else:
+            results.check_result(item, parameter)
             names.append("A" if not names else "B")
             loaded.append(item)
     kinds = [getattr(r, "kind", type(r).__name__) for r in loaded]
@@ -108,9 +109,11 @@ class ResultDiff:
         #: tensors are held at once).
         self.totals = totals
 
-    def regressions(self, over: int = 0) -> list[dict[str, Any]]:
-        """The rows that grew by more than ``over`` bytes, largest first."""
-        grown = [r for r in self.rows if r["change"] > over]
+    def regressions(self, over: int | str = 0) -> list[dict[str, Any]]:
+        """The rows that grew by more than ``over``, largest first: bytes, or a size as
+        every size memlab_rs takes (``"16M"``, ``"2 MiB"``, ``"2 MB"``: ``parse_size``)."""
+        limit = _args.size(over, "over")
+        grown = [r for r in self.rows if r["change"] > limit]
         return sorted(grown, key=lambda r: -r["change"])
 
     def where(self, row: dict[str, Any]) -> str:
@@ -190,7 +193,7 @@ def _line_diff(a: Any, b: Any, names: list[str], columns: Sequence[str] | None) 
     common = [c for c in a.columns if c in b.columns]
     if columns is None:
         wanted = common
-    elif tuple(columns) == DEFAULT_COLUMNS:
+    elif isinstance(columns, (list, tuple)) and tuple(columns) == DEFAULT_COLUMNS:
         wanted = [c for c in columns if c in common] or common[:1]
     else:
         wanted = list(check_saved_columns(columns, common, a.device))

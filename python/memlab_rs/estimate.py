@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import _core, _torch, results
+from . import _args, _core, _torch, results
 from ._categories import CATEGORIES
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -140,7 +140,9 @@ class MemoryEstimate(results.SavedResult):
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
-        """``to_dict()`` as JSON."""
+        """``to_dict()`` as JSON, ``indent`` spaces a level (None: one line)."""
+        if indent is not None:
+            indent = _args.count(indent, "indent", maximum=64, what="None or an int")
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_data(self) -> dict[str, Any]:
@@ -205,6 +207,9 @@ def estimate(
     (4004000, 4004000, 8072008)
     """
     started = time.perf_counter()
+    _check_step(model, optimizer, optimizer_kwargs, loss_fn)
+    if not isinstance(backward, bool):
+        raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
     target = _target(device)
     cuda = target.type == "cuda"
     if isinstance(optimizer, torch.optim.Optimizer):
@@ -400,6 +405,28 @@ def _public(by_category: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def _check_step(model: Any, optimizer: Any, optimizer_kwargs: Any, loss_fn: Any) -> None:
+    """The arguments that describe the step, checked before anything is built: a TypeError
+    or ValueError naming the parameter."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module, got {_args.shown(model)} ({type(model).__name__})"
+        )
+    if optimizer_kwargs is not None:
+        if not isinstance(optimizer_kwargs, dict):
+            raise TypeError(
+                "optimizer_kwargs must be a dict of the optimizer class's arguments "
+                f"({{'lr': 1e-3}}) or None, got {_args.shown(optimizer_kwargs)}"
+            )
+        if optimizer is None:
+            raise ValueError(
+                "optimizer_kwargs are given but no optimizer: pass the class they go with, "
+                "e.g. optimizer=torch.optim.AdamW"
+            )
+    if loss_fn is not None:
+        _args.function(loss_fn, "loss_fn", "a function of the output (and the targets)")
+
+
 def _target(device: str | torch.device) -> torch.device:
     """The device to model, parsed as every memlab_rs function parses one (no GPU needed);
     a clear error for a device whose allocator is not modelled."""
@@ -412,7 +439,7 @@ def _target(device: str | torch.device) -> torch.device:
 def max_batch_size(
     model: torch.nn.Module,
     make_inputs: Callable[[int], Any],
-    budget: int | None = None,
+    budget: int | str | None = None,
     *,
     make_targets: Callable[[int], Any] | None = None,
     optimizer: OptimizerSpec | None = None,
@@ -423,13 +450,15 @@ def max_batch_size(
     measure: str = "reserved",
     limit: int = 1 << 16,
 ) -> int:
-    """The largest batch size whose estimated step fits `budget` bytes (0 if none does).
+    """The largest batch size whose estimated step fits `budget` (0 if none does), at most
+    `limit`.
 
     `make_inputs(batch)` returns the example inputs for a batch, `make_targets(batch)` the
-    targets `loss_fn(output, targets)` takes (if any). `budget` defaults to the device's
-    free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"`` (the
-    modelled segments, what must fit) or ``"allocated"``. Exponential search from 1, then
-    binary search.
+    targets `loss_fn(output, targets)` takes (if any). `budget`: bytes, or a size as every
+    size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
+    device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
+    (the modelled segments, what must fit) or ``"allocated"``. Exponential search from 1,
+    then binary search.
 
     >>> import torch
     >>> from memlab_rs import max_batch_size
@@ -437,10 +466,17 @@ def max_batch_size(
     ...                budget=20_000_000, device="cpu")
     1498
     """
+    _check_step(model, optimizer, optimizer_kwargs, loss_fn)
+    _args.function(make_inputs, "make_inputs", "a function of the batch size")
+    if make_targets is not None:
+        _args.function(make_targets, "make_targets", "a function of the batch size")
+    limit = _args.count(limit, "limit", minimum=1, what="the largest batch size to try, an int")
     target = _target(device)
     if measure not in ("reserved", "allocated"):
         raise ValueError("measure must be 'reserved' or 'allocated'")
-    if budget is None:
+    if budget is not None:
+        budget = _args.size(budget, "budget")
+    else:
         if target.type != "cuda" or not torch.cuda.is_available():
             raise ValueError(
                 "no budget given and no GPU to read free memory from: pass budget=<bytes>"

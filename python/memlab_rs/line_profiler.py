@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 import torch
 
-from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
+from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
 from ._columns import catalogue, check_columns
-from ._torch import check_target_gpu, line_profiler_device, local_cuda_index
+from ._torch import check_target_gpu, line_profiler_device, local_cuda_index, parse_device
 from .line_result import DEFAULT_COLUMNS, LineProfileResult
 
 # The bytes a line allocated that were still alive at the peak (from the allocation history).
@@ -211,7 +211,10 @@ class LineProfiler:
         fields, located once and checked against torch at enable, disable and every few
         thousand lines or every second; ``"torch._C._cuda_memoryStats"``: the binding, on
         every line (set ``MEMLAB_RS_CUDA_STATS=binding`` to force it; it also takes over
-        for good after any disagreement, and the report says so); ``"storage counts"``: CPU.
+        for good after any disagreement, and the report says so); ``"allocator hook"``:
+        CPU, memlab_rs's hook on torch's CPU allocator, which counts every CPU storage;
+        ``"dispatch mode"``: CPU, the fallback where the hook cannot be used (it counts
+        the outputs of torch's operators, and the report says why it was taken).
         """
         return self._collector.stats_reader
 
@@ -374,7 +377,8 @@ class LineProfiler:
         No data collected
         <BLANKLINE>
         """
-        (stream or sys.stdout).write(str(self.display(func, columns)))
+        out = sys.stdout if stream is None else _args.stream(stream, "stream")
+        out.write(str(self.display(func, columns)))
 
     def _select(self, func: Any, codes: list[types.CodeType]) -> list[int]:
         if func is None:
@@ -414,10 +418,7 @@ def _gpu_index(gpu: Any) -> int:
     """A ``target_gpu`` as an index: an int (or integer-like), ``"cuda:N"`` or a CUDA
     ``torch.device``; anything else is an error naming ``target_gpu``."""
     if isinstance(gpu, str):
-        try:
-            gpu = torch.device(gpu)
-        except RuntimeError as error:
-            raise ValueError(f"target_gpu={gpu!r} is not a device: {error}") from None
+        gpu = parse_device(gpu, "target_gpu")
     if isinstance(gpu, torch.device):
         if gpu.type != "cuda":
             raise ValueError(f"target_gpu must be a CUDA device, got {gpu}")

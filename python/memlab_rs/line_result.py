@@ -21,10 +21,10 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from . import _core, results
+from . import _args, _core, results
 from ._columns import check_saved_columns
 
 DEFAULT_COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak")
@@ -151,16 +151,36 @@ class LineProfileResult(results.SavedResult):
     def _select(self, func: Any) -> list[dict[str, Any]]:
         if func is None:
             return self.blocks
-        wanted: Iterable[Any] = [func] if isinstance(func, str) else func
         chosen = []
-        for name in wanted:
-            name = name if isinstance(name, str) else getattr(name, "__qualname__", name)
+        for name in wanted_functions(func):
             found = [b for b in self.blocks if b["qualname"] == name]
             if not found:
                 have = ", ".join(self.functions) or "none"
                 raise ValueError(f"no function {name!r} in this line profile (it has: {have})")
             chosen += [b for b in found if b not in chosen]
         return [b for b in self.blocks if b in chosen]
+
+
+def wanted_functions(func: Any) -> list[str]:
+    """The qualified names ``func`` asks for: a qualname, a function (its
+    ``__qualname__``), or a list of them; a TypeError naming ``func`` otherwise.
+
+    >>> def step(): ...
+    >>> wanted_functions(step), wanted_functions(["a", "B.forward"])
+    (['step'], ['a', 'B.forward'])
+    """
+    several = isinstance(func, (list, tuple, set, frozenset))
+    items = func if several else [func]
+    names = []
+    for item in items:
+        name = item if isinstance(item, str) else getattr(item, "__qualname__", None)
+        if not isinstance(name, str):
+            raise TypeError(
+                "func must be a function, its qualified name, or a list of them, got "
+                f"{_args.shown(item)} ({type(item).__name__})"
+            )
+        names.append(name)
+    return names
 
 
 results.register("line_profile", LineProfileResult.from_data)

@@ -35,11 +35,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import results
+from . import _args, results
 from ._columns import check_saved_columns
 from ._core import readable_size
 from ._gloo_gather import gather_bytes
-from .line_result import DEFAULT_COLUMNS, LineProfileResult
+from .line_result import DEFAULT_COLUMNS, LineProfileResult, wanted_functions
 
 Value = Any  # an int, None where a rank has no value
 
@@ -65,16 +65,23 @@ def merge_results(
     >>> total[1] - total[0]
     1048576
     """
+    if isinstance(items, (str, bytes, os.PathLike, dict)) or not isinstance(items, Iterable):
+        raise TypeError(
+            "items must be a list of results (one per rank) or of their files, got "
+            f"{_args.shown(items)} ({type(items).__name__}); a single file goes in a list"
+        )
     loaded, names = [], []
     for item in items:
         if isinstance(item, (str, os.PathLike)):
+            names.append(_args.path(item, "items"))
             loaded.append(results.load(item))
-            names.append(os.fspath(item))
         else:
-            loaded.append(item)
+            loaded.append(results.check_result(item, f"items[{len(names)}]"))
             names.append(f"result {len(names) + 1}")
     if not loaded:
-        raise ValueError("merge_results: no results to merge; give one result per rank")
+        raise ValueError(
+            "merge_results: items is empty, no results to merge; give one result per rank"
+        )
     kinds = {getattr(r, "kind", type(r).__name__) for r in loaded}
     if len(kinds) > 1:
         got = ", ".join(
@@ -340,7 +347,7 @@ class MergedLineProfile(results.SavedResult):
     def _columns(self, columns: Sequence[str] | None, every: bool = False) -> list[str]:
         if columns is None:
             return list(self.columns)
-        if not every and tuple(columns) == DEFAULT_COLUMNS:
+        if not every and isinstance(columns, (list, tuple)) and tuple(columns) == DEFAULT_COLUMNS:
             # the default view: the default columns this profile has (a CPU one has both)
             present = [c for c in columns if c in self.columns]
             return present or self.columns[:1]
@@ -350,7 +357,7 @@ class MergedLineProfile(results.SavedResult):
     def _select(self, func: Any) -> list[dict[str, Any]]:
         if func is None:
             return self.blocks
-        wanted = [func] if isinstance(func, str) else list(func)
+        wanted = wanted_functions(func)
         for name in wanted:
             if name not in self.functions:
                 have = ", ".join(self.functions) or "none"

@@ -25,8 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import _core, results
-from ._atomic_write import write_text
+from . import _args, _core, results
 from ._categories import CATEGORIES
 
 #: One record's details: (feature maps per module, row names, row bytes, row gradient bytes).
@@ -130,9 +129,7 @@ class MonitorResult(results.SavedResult):
         """The CSV the monitor writes with ``csv=True``: the header, then the printed
         iterations' rows (also written to ``path`` when given)."""
         text = self.csv_header() + "".join(self.csv_row(s) for s in self.printed_steps())
-        if path is not None:
-            write_text(path, text)
-        return text
+        return results.write_text(text, path)
 
     def plot_html(self) -> str:
         """Memory per iteration by category as one self-contained HTML fragment."""
@@ -152,6 +149,7 @@ class MonitorResult(results.SavedResult):
     def plot_png(self, path: str | os.PathLike[str]) -> None:
         """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
         matplotlib)."""
+        path = _args.path(path, "path")
         try:
             import matplotlib
 

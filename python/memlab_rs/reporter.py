@@ -15,8 +15,7 @@ from typing import Any, Union
 
 import torch
 
-from . import _core, _torch, results
-from ._atomic_write import write_text
+from . import _args, _core, _torch, results
 
 DeviceLike = Union[torch.device, str, int]
 
@@ -96,16 +95,13 @@ class MemoryReport(results.SavedResult):
     def to_text(self, verbose: bool | None = None) -> str:
         """pytorch_memlab's table as a string (under a line naming the rank, for a report
         made in a job of several processes)."""
-        text = self._table.text(self.verbose if verbose is None else verbose)
+        text = self._table.text(bool(self.verbose if verbose is None else verbose))
         heading = results.rank_heading(self.meta)
         return text if heading is None else f"# {heading}\n\n{text}"
 
     def to_json(self, path: str | None = None) -> str:
         """The report as JSON (also written to ``path`` when given)."""
-        text = self._table.json()
-        if path is not None:
-            write_text(path, text)
-        return text
+        return results.write_text(self._table.json(), path)
 
     def to_dict(self) -> dict:
         """The report as nested dicts and lists (the JSON document, parsed)."""
@@ -248,7 +244,7 @@ class MemReporter:
         ``top`` keeps the first N rows per device (any integer-like value), totals still
         covering every tensor; ``verbose`` is read as a truth value.
         """
-        wanted, top = _view_arguments(device, top)
+        wanted, top = _view_arguments(device, top, sort_by=sort_by)
         table = self._table().view(wanted, sort_by, top)
         meta = results.run_meta(wanted[0] if wanted else None)
         return MemoryReport(table, verbose=bool(verbose), meta=meta)
@@ -273,7 +269,7 @@ class MemReporter:
         weight                                                (2, 2)    16.00B
         ...
         """
-        wanted, top = _view_arguments(device, top)
+        wanted, top = _view_arguments(device, top, sort_by=sort_by)
         table = self._table()
         shown = table.view(wanted, sort_by, top)  # checks sort_by before anything is kept
         self._collected = None
@@ -353,9 +349,10 @@ def _weak_names(model: torch.nn.Module) -> list[tuple[weakref.ref, str]]:
 
 
 def _view_arguments(
-    device: Any, top: Any, name: str = "device"
+    device: Any, top: Any, name: str = "device", sort_by: Any = None
 ) -> tuple[list[str] | None, int | None]:
-    """Check ``device`` and ``top`` as Python code passes them (np.int64, truthy values)."""
+    """Check ``device``, ``top`` and ``sort_by``'s type as Python code passes them
+    (np.int64, truthy values); the core checks ``sort_by``'s value."""
     wanted = None if device is None else [_torch.report_device(device, name)]
     if top is not None:
         if isinstance(top, bool):
@@ -369,6 +366,16 @@ def _view_arguments(
             ) from None
         if top < 0:
             raise ValueError(f"top must be a non-negative int or None, got {top}")
+        if top > _args.MAX_COUNT:
+            raise ValueError(
+                f"top must be at most 2**63 - 1 rows (None for every row), got "
+                f"{_args.shown(top)}"
+            )
+    if sort_by is not None and not isinstance(sort_by, str):
+        raise TypeError(
+            f"sort_by must be None, 'size' or 'name', got {_args.shown(sort_by)} "
+            f"({type(sort_by).__name__})"
+        )
     return wanted, top
 
 

@@ -40,8 +40,8 @@ import socket
 import sys
 from typing import Any, Callable, ClassVar, Protocol
 
-from . import _result_schema
-from ._atomic_write import atomic_open, write_text
+from . import _args, _atomic_write, _result_schema
+from ._atomic_write import atomic_open
 
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
@@ -166,7 +166,7 @@ def save(result: Result, path: str | os.PathLike[str]) -> None:
     """Write ``result`` to ``path`` (gzip when it ends in ``.gz``), whole or not at all: a
     failed save (a full disk, a killed process) leaves the file that was there."""
     text = dumps(result).encode("utf-8")
-    name = os.fspath(path)
+    name = _args.path(path, "path")
     with atomic_open(name, binary=True) as f:
         if name.endswith(".gz"):
             # The header names the file as gzip.open(name) would, not the temporary file.
@@ -184,7 +184,7 @@ def load(path: str | os.PathLike[str]) -> Any:
     memlab_rs result, a newer schema, an unknown kind, a damaged field (every field is
     checked before the result is built: ``_result_schema``).
     """
-    name = os.fspath(path)
+    name = _args.path(path, "path")
     return from_document(read_document(name), name)
 
 
@@ -322,6 +322,23 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
         raise ValueError(f"{name}: a damaged {kind} result: {e}") from None
 
 
+def check_result(item: Any, name: str) -> Any:
+    """``item`` if it is a result object (it has ``kind``, ``meta`` and ``to_data``); a
+    TypeError naming ``name`` otherwise.
+
+    >>> check_result(3, "a")
+    Traceback (most recent call last):
+    ...
+    TypeError: a must be a memlab_rs result (...) or the path of a saved one, got 3 (int)
+    """
+    if not (isinstance(getattr(item, "kind", None), str) and hasattr(item, "to_data")):
+        raise TypeError(
+            f"{name} must be a memlab_rs result (profiler.result(), MemReporter().collect(), "
+            f"...) or the path of a saved one, got {_args.shown(item)} ({type(item).__name__})"
+        )
+    return item
+
+
 class SavedResult:
     """What every result class shares: ``save(path)``, ``str()`` and ``repr()`` as its
     ``text()``, Jupyter's display as its ``html()`` (plain text where it has none).
@@ -379,9 +396,20 @@ def write_csv(
         writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
         writer.writeheader()
         writer.writerows(records)
-    text = out.getvalue()
+    return write_text(out.getvalue(), path)
+
+
+def write_text(text: str, path: str | os.PathLike[str] | None, name: str = "path") -> str:
+    """Write ``text`` to the caller's ``path`` (nothing for None) and return it: where every
+    ``to_csv(path)``, ``to_json(path)`` and the like write. A path that is not a str or
+    ``os.PathLike`` is a TypeError naming ``name``: ``open(True)`` would write to standard
+    output and close it.
+
+    >>> write_text("a,b\\n", None)
+    'a,b\\n'
+    """
     if path is not None:
-        write_text(path, text, newline="")
+        _atomic_write.write_text(_args.path(path, name), text, newline="")
     return text
 
 

@@ -17,7 +17,6 @@ True
 from __future__ import annotations
 
 import json
-import operator
 import os
 import pickle
 import shutil
@@ -28,8 +27,8 @@ from typing import Any
 
 import torch
 
-from . import _core, _cpu_source, results  # noqa: F401  (_cpu_source registers the CPU glue)
-from ._atomic_write import atomic_open, write_text
+from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
+from ._atomic_write import atomic_open
 from ._torch import device_key
 from ._trace_names import start_names
 
@@ -200,6 +199,10 @@ class TraceResult:
         meta: dict[str, Any] | None = None,
         paths: str = "short",
     ):
+        if meta is not None and not isinstance(meta, dict):
+            raise TypeError(
+                f"meta must be a dict (results.run_meta()) or None, got {_args.shown(meta)}"
+            )
         self._snapshot: dict | None = snapshot
         self._path: str | None = None
         self.exclude = _exclude_parts(exclude)
@@ -331,6 +334,7 @@ class TraceResult:
     ) -> list[tuple[str, int]]:
         if by not in ("module", "location"):
             raise ValueError(f"by={by!r}: use 'module' or 'location'")
+        items = _keyword_groups(groups)
         index = self._index(device)
         items = _keyword_groups(groups)
         found = self._analysis.keywords(index, items, None, by == "module")
@@ -377,14 +381,8 @@ class TraceResult:
             return None
         if expected_sum is None:
             return None
-        if isinstance(expected_sum, bool):
-            raise TypeError(f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'")
-        try:
-            expected = operator.index(expected_sum)
-        except TypeError:
-            raise TypeError(
-                f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
-            ) from None
+        # bytes, as every size memlab_rs takes: an int, "2 GiB"
+        expected = _args.size(expected_sum, "expected_sum (bytes, None or 'driver')")
         if expected < tracked:
             raise ValueError(
                 f"expected_sum={expected} is less than the {tracked} bytes alive at the peak "
@@ -410,28 +408,19 @@ class TraceResult:
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The report as JSON (figures, rows by location and module, notices)."""
-        text = self._analysis.json()
-        if path is not None:
-            write_text(path, text)
-        return text
+        return results.write_text(self._analysis.json(), path)
 
     def to_dict(self) -> dict:
         return json.loads(self._analysis.json())
 
     def to_csv(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The tagging profiler's CSV: ``tag,MiB``, one row per tag alive at the peak."""
-        text = self._analysis.tag_csv(self._index(device))
-        if path is not None:
-            write_text(path, text)
-        return text
+        return results.write_text(self._analysis.tag_csv(self._index(device)), path)
 
     def untagged_log(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The stacks of the allocations of the module view's ``(untagged)`` row (neither a
         tag nor their frames place them in a phase), biggest first; they add up to it."""
-        text = self._analysis.untagged_log(self._index(device))
-        if path is not None:
-            write_text(path, text)
-        return text
+        return results.write_text(self._analysis.untagged_log(self._index(device)), path)
 
     def to_dataframe(self, device: Any = None, by: str = "location"):
         """The rows as a pandas DataFrame (pandas is an optional extra)."""
@@ -441,6 +430,7 @@ class TraceResult:
             raise ImportError(
                 "to_dataframe() needs pandas: pip install pandas (or memlab_rs[pandas])"
             ) from None
+        _args.choice(by, "by", ("location", "module"))
         rows = self.rows(device) if by == "location" else self.module_rows(device)
         key = "location" if by == "location" else "module"
         return pd.DataFrame(
@@ -453,14 +443,13 @@ class TraceResult:
         highest moment of its stretch, so the peak keeps its exact height), with the ``top``
         locations of the peak stacked: a dict with ``title, time_us, total, layers,
         peak_index, peak_bytes, notices``."""
+        top = _args.count(top, "top", what="a number of locations, an int")
+        max_points = _args.count(max_points, "max_points", minimum=1, what="an int")
         return self._analysis.timeline(self._index(device), top, max_points)
 
     def timeline_html(self, path: str | os.PathLike | None = None, device: Any = None) -> str:
         """The timeline as one self-contained HTML file (no network needed to open it)."""
-        html = _core._trace_timeline_html(self.timeline(device))
-        if path is not None:
-            write_text(path, html)
-        return html
+        return results.write_text(_core._trace_timeline_html(self.timeline(device)), path)
 
     def timeline_png(self, path: str | os.PathLike, device: Any = None) -> None:
         """The timeline as a PNG (needs matplotlib)."""
@@ -489,7 +478,7 @@ class TraceResult:
         ``trace.load`` read it), any other a snapshot pickle (protocol 4) that ``load``,
         torch's tools and pytorch.org/memory_viz read. Written whole or not at all: a
         failed save leaves the file that was there."""
-        name = os.fspath(path)
+        name = path = _args.path(path, "path")
         if name.endswith((".json", ".json.gz")):
             results.save(self, name)
             return
@@ -553,6 +542,22 @@ class TraceResult:
 
 
 results.register("trace", TraceResult.from_data)
+
+
+def _exclude_list(exclude: Any) -> list[str] | None:
+    """``exclude`` as a list of path parts (None stays None); a TypeError naming it
+    otherwise (a bare string would be taken letter by letter)."""
+    if exclude is None:
+        return None
+    if isinstance(exclude, (str, bytes, dict)) or not isinstance(exclude, (list, tuple)):
+        raise TypeError(
+            f"exclude must be a list of path parts (strings), or None for default_exclude(), "
+            f"got {_args.shown(exclude)} ({type(exclude).__name__})"
+        )
+    bad = [p for p in exclude if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"exclude must hold strings (path parts), got {_args.shown(bad[0])}")
+    return list(exclude)
 
 
 def _driver_used(index: int) -> int | None:
@@ -736,8 +741,13 @@ class Tracer:
         exclude: str | Sequence[str] | None = None,
         paths: str = "short",
     ):
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"max_entries={max_entries!r}: give a positive int")
+        max_entries = _args.count(max_entries, "max_entries", minimum=1)
+        exclude = _exclude_list(exclude)
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"model must be the torch.nn.Module whose modules name the tags, or None, got "
+                f"{_args.shown(model)} ({type(model).__name__})"
+            )
         if tag_modules not in (True, False, "forward"):
             raise ValueError(f"tag_modules={tag_modules!r}: use True, False or 'forward'")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -754,6 +764,10 @@ class Tracer:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         key = device_key(device)
+        if key != "cpu" and not key.startswith("cuda:"):
+            raise ValueError(
+                f"device={device!r}: the trace records CPU or CUDA memory ('cpu', 'cuda:N')"
+            )
         self.cuda = key.startswith("cuda")
         if self.cuda:
             from ._torch import cuda_index_exists

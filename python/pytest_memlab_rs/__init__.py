@@ -58,6 +58,7 @@ def pytest_configure(config: Any) -> None:
     top = config.getoption("memlab_top")
     if top < 1:
         raise pytest.UsageError(f"--memlab-top {top}: give a number of tests, 1 or more")
+    _check_save_dir(config.getoption("memlab_save"))
     if config.getoption("memlab") or config.getoption("memlab_save") is not None:
         _measuring(config)
 
@@ -69,6 +70,28 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     if plugin is None and not marked:
         return
     (plugin or _measuring(config)).check_limits(marked)
+
+
+def _check_save_dir(folder: str | None) -> None:
+    """``--memlab-save DIR`` must name a folder, existing or to be made: a usage error
+    before any test runs otherwise (``os.makedirs`` on a file was an INTERNALERROR)."""
+    import os
+
+    if folder is None:
+        return
+    if not folder:
+        raise pytest.UsageError("--memlab-save: give the folder to save each test's result in")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise pytest.UsageError(
+            f"--memlab-save {folder}: that is a file, not a folder; give a folder (it is "
+            "made if missing) to save one result file per test in"
+        )
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise pytest.UsageError(
+            f"--memlab-save {folder}: cannot make that folder ({error})"
+        ) from None
 
 
 def _measuring(config: Any) -> Any:

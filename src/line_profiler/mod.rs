@@ -143,7 +143,8 @@ impl LineCollector {
     }
 
     /// How statistics are read while enabled: "allocator memory" (CUDA, located once),
-    /// "torch._C._cuda_memoryStats" (CUDA, the binding) or "storage counts" (CPU).
+    /// "torch._C._cuda_memoryStats" (CUDA, the binding), "allocator hook" (CPU, our hook on
+    /// torch's CPU allocator) or "dispatch mode" (CPU, the fallback).
     #[getter]
     fn stats_reader(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
         with_engine(py, |engine| Ok(engine.reader(self.id)))

@@ -87,16 +87,38 @@ pub fn readable_size(num_bytes: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// What `parse_size` accepts, for its error messages.
 pub const SIZE_FORMS: &str = "a whole number of bytes (1048576) or a number and a unit: \
-    B, KB, MB, GB, TB, PB, EB (powers of 1000) or KiB, MiB, GiB, TiB, PiB, EiB (powers of \
-    1024), any case, space optional, e.g. \"512 MB\", \"1.5GiB\"";
+    B, KB, MB, GB, TB, PB, EB (powers of 1000) or KiB, MiB, GiB, TiB, PiB, EiB and K, M, G, \
+    T, P, E (powers of 1024, as readable_size writes \"4.00M\"), any case, space optional, \
+    e.g. \"512 MB\", \"1.5GiB\", \"16M\"";
+
+/// The bytes one unit of `unit` stands for (any case), or None for no unit we know.
+///
+/// "KB", "MB", ... are SI (powers of 1000) and "KiB", "MiB", ... IEC (powers of 1024), as
+/// everywhere. A bare letter ("K", "M", "G") is what pytorch_memlab's `readable_size` and
+/// ours print ("4.00M" is 4 MiB), so it means the power of 1024 too: a size copied from a
+/// report parses back to the bytes the report meant. "Ki", "Mi" (no B) are IEC as well.
+fn unit_bytes(unit: &str) -> Option<u64> {
+    let upper = unit.to_ascii_uppercase();
+    if upper.is_empty() || upper == "B" {
+        return Some(1);
+    }
+    let prefix = upper.chars().next()?;
+    let power = "KMGTPE".find(prefix)? as u32 + 1;
+    match &upper[prefix.len_utf8()..] {
+        "" | "I" | "IB" => Some(1024u64.pow(power)),
+        "B" => Some(1000u64.pow(power)),
+        _ => None,
+    }
+}
 
 /// The number of bytes a size string means, exactly.
 ///
-/// The units are `bytesize`'s (`bytesize::Unit`: "KB" is 1000 bytes, "KiB" 1024, any case,
-/// "K"/"Ki" alike), but the arithmetic is not: `bytesize` multiplies an `f64`, so "4.1 MB"
-/// gives it 4099999 bytes. Here the decimal digits are an integer and its scale, so
-/// "4.1 MB" is 4100000 bytes, and a size that is not a whole number of bytes ("0.1 KiB",
-/// 102.4 bytes) is an error rather than rounded. A bare number is bytes.
+/// The units are `unit_bytes`' ("KB" is 1000 bytes; "KiB", "Ki" and "K" 1024). The
+/// arithmetic is exact: the decimal digits are an integer and its scale, so "4.1 MB" is
+/// 4100000 bytes (an `f64` product, `bytesize`'s, gives 4099999), and a size that is not a
+/// whole number of bytes ("0.1 KiB", 102.4 bytes) is an error rather than rounded, except
+/// in readable_size's own form, a bare letter ("1.01K": its two decimals are rounded, so
+/// the nearest byte, 1034). A bare number is bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -120,9 +142,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let factor = if unit.is_empty() {
         1
     } else {
-        match unit.parse::<bytesize::Unit>() {
-            Ok(unit) => unit * 1u64,
-            Err(_) => return Err(format!("{unit:?} is not a unit")),
+        match unit_bytes(unit) {
+            Some(bytes) => bytes,
+            None => return Err(format!("{unit:?} is not a unit")),
         }
     };
     // Trailing zeros of the fraction change nothing: "1.50 KB" is "1.5 KB".
@@ -137,55 +159,94 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         significant => significant.parse().map_err(|_| too_big())?,
     };
     let scaled = digits.checked_mul(factor as u128).ok_or_else(too_big)?;
-    if scaled % scale != 0 {
+    let bytes = if scaled % scale == 0 {
+        scaled / scale
+    } else if is_report_form(unit) {
+        // "1.01K" is what readable_size prints for 1030 to 1039 bytes: it means about that
+        // many, so the nearest byte (1034; halves up), not an error.
+        scaled.checked_add(scale / 2).ok_or_else(too_big)? / scale
+    } else {
         let exact = scaled as f64 / scale as f64;
         return Err(format!("it is {exact} bytes, not a whole number of bytes"));
-    }
-    u64::try_from(scaled / scale).map_err(|_| too_big())
+    };
+    u64::try_from(bytes).map_err(|_| too_big())
+}
+
+/// Whether `unit` is a bare letter, the form of `readable_size`'s rounded output ("4.00M").
+fn is_report_form(unit: &str) -> bool {
+    unit.len() == 1 && "KMGTPE".contains(unit.to_ascii_uppercase().as_str())
 }
 
 /// The number of bytes in a size: a string such as `"512 MB"` (512,000,000), `"1.5GiB"`
-/// (1,610,612,736) or `"1048576"` (a bare number is bytes), parsed exactly, or an int of
-/// bytes. Units are B, KB, MB, GB, TB, PB, EB (powers of 1000) and KiB, MiB, GiB, TiB, PiB,
-/// EiB (powers of 1024), in any case, with or without a space; "K" is "KB", "Ki" is "KiB".
+/// (1,610,612,736), `"16M"` (16 MiB, as `readable_size` writes it) or `"1048576"` (a bare
+/// number is bytes), parsed exactly, or an int of bytes (or any integer, such as
+/// `numpy.int64`). Units are B, KB, MB, GB, TB, PB, EB (powers of 1000) and KiB, MiB, GiB,
+/// TiB, PiB, EiB with K, M, G, T, P, E (powers of 1024), in any case, with or without a
+/// space: every size memlab_rs takes (pytest limits, `memlab-rs diff --fail-over`, budgets)
+/// means the same.
 ///
 /// A malformed size raises ValueError (empty, negative, an unknown unit, not a whole number
-/// of bytes, more than 2**64 - 1); a value that is neither a string nor an int, TypeError.
+/// of bytes, more than 2**64 - 1); a value that is neither a string nor an int (a float, a
+/// bool, None), TypeError. Only the bare letters, `readable_size`'s rounded form, are taken
+/// to the nearest byte (`"1.01K"` is 1034 bytes).
 ///
-/// >>> from memlab_rs._core import parse_size
-/// >>> parse_size("512 MB"), parse_size("1.5GiB"), parse_size("2 GB")
-/// (512000000, 1610612736, 2000000000)
+/// >>> from memlab_rs import parse_size, readable_size
+/// >>> parse_size("512 MB"), parse_size("1.5GiB"), parse_size("16M")
+/// (512000000, 1610612736, 16777216)
+/// >>> parse_size(readable_size(4 << 20))
+/// 4194304
 /// >>> parse_size(4096)
 /// 4096
 #[pyfunction]
 pub fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(text) = size.cast::<PyString>() {
-        let text: String = text.extract()?;
-        let text = text.as_str();
+        // Lossy: a lone surrogate is then simply not a number or a unit, not an encoding error.
+        let text = text.to_string_lossy();
+        let text = text.as_ref();
         return parse_bytes(text).map_err(|why| {
             PyValueError::new_err(format!("{text:?} is not a size: {why}; give {SIZE_FORMS}"))
         });
     }
-    if size.is_instance_of::<PyInt>() && !size.is_instance_of::<PyBool>() {
-        return match size.extract::<i128>() {
-            Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
-                "{n} is not a size: a size cannot be negative"
-            ))),
-            Ok(n) => u64::try_from(n).map_err(|_| {
-                PyValueError::new_err(format!("{n} is not a size: more than {} bytes", u64::MAX))
-            }),
-            Err(_) => Err(PyValueError::new_err(format!(
-                "{} is not a size: more than {} bytes",
-                text(size)?,
-                u64::MAX
-            ))),
-        };
-    }
     let type_name: String = size.get_type().name()?.extract()?;
-    Err(PyTypeError::new_err(format!(
-        "a size must be a string or an int of bytes, not {type_name} ({}); give {SIZE_FORMS}",
-        size.repr()?.extract::<String>()?
-    )))
+    let integer = if size.is_instance_of::<PyBool>() || size.is_instance_of::<PyFloat>() {
+        None
+    } else {
+        // An int, or anything with __index__ (numpy.int64 from arithmetic on shapes).
+        let index = size.py().import("operator")?.getattr("index")?;
+        index
+            .call1((size,))
+            .ok()
+            .filter(|n| n.is_instance_of::<PyInt>())
+    };
+    let Some(n) = integer else {
+        let hint = if size.is_instance_of::<PyFloat>() {
+            " (round a computed size with int())"
+        } else {
+            ""
+        };
+        return Err(PyTypeError::new_err(format!(
+            "a size must be a string or an int of bytes, not {type_name} ({}); give \
+             {SIZE_FORMS}{hint}",
+            size.repr()?.extract::<String>()?
+        )));
+    };
+    match n.extract::<i128>() {
+        Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+            "{n} is not a size: a size cannot be negative"
+        ))),
+        Ok(n) => u64::try_from(n).map_err(|_| {
+            PyValueError::new_err(format!("{n} is not a size: more than {} bytes", u64::MAX))
+        }),
+        // Beyond i128: say how big rather than print hundreds of digits.
+        Err(_) if n.lt(0)? => Err(PyValueError::new_err(
+            "a negative int is not a size: a size cannot be negative",
+        )),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "an int of {} bits is not a size: more than {} bytes",
+            n.call_method0("bit_length")?.extract::<u64>()?,
+            u64::MAX
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -218,8 +279,20 @@ mod tests {
         assert_eq!(parse_bytes("2 GB"), Ok(2_000_000_000));
         assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
         assert_eq!(parse_bytes(" 2 mib "), Ok(2 << 20));
-        assert_eq!(parse_bytes("1K"), Ok(1000));
+        assert_eq!(parse_bytes("1KB"), Ok(1000));
         assert_eq!(parse_bytes("1Ki"), Ok(1024));
+        // A bare letter is readable_size's: "4.00M" is 4 MiB, "1.50K" 1536 bytes.
+        assert_eq!(parse_bytes("1K"), Ok(1024));
+        assert_eq!(parse_bytes("4.00M"), Ok(4 << 20));
+        assert_eq!(parse_bytes("1.50k"), Ok(1536));
+        assert_eq!(parse_bytes("2 mb"), Ok(2_000_000));
+        assert_eq!(parse_bytes("1E"), Ok(1 << 60));
+        // readable_size's rounded form means the nearest byte; other units must be exact.
+        assert_eq!(parse_bytes("1.01K"), Ok(1034)); // 1034.24
+        assert_eq!(parse_bytes("0.0005k"), Ok(1)); // 0.512
+        assert_eq!(parse_bytes("0.00048828125K"), Ok(1)); // 0.5: halves up
+        assert_eq!(parse_bytes("0.0004K"), Ok(0)); // 0.4096
+        assert_eq!(parse_bytes("1 EB"), Ok(1_000_000_000_000_000_000));
         assert_eq!(parse_bytes("0 B"), Ok(0));
         assert_eq!(parse_bytes("0.5KiB"), Ok(512));
         assert_eq!(parse_bytes(".5 KB"), Ok(500));
@@ -248,6 +321,9 @@ mod tests {
             (".", "it does not start with a number"),
             ("1.2.3 MB", "\"1.2.3\" is not a number"),
             ("2 GBs", "\"GBs\" is not a unit"),
+            ("2 KIBB", "\"KIBB\" is not a unit"),
+            ("2 Z", "\"Z\" is not a unit"),
+            ("2 kilobytes", "\"kilobytes\" is not a unit"),
             ("1e3 KB", "\"e3 KB\" is not a unit"),
             ("0.1 KiB", "it is 102.4 bytes, not a whole number of bytes"),
             ("1.5", "it is 1.5 bytes, not a whole number of bytes"),
