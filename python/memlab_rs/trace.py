@@ -131,8 +131,9 @@ def _keyword_groups(groups: Any) -> list[tuple[str, list[str]]]:
     characters."""
     if not isinstance(groups, Mapping):
         raise TypeError(
-            f"groups={groups!r}: give a dict of group name -> keywords, e.g. "
-            '{"weights": ["weight"], "attention": ["attn"]}'
+            "groups must be a dict of a group's name to its keywords, e.g. "
+            f'{{"weights": ["weight"], "attention": ["attn"]}}, got {_args.shown(groups)} '
+            f"({type(groups).__name__})"
         )
     out = []
     for name, words in groups.items():
@@ -347,11 +348,7 @@ class TraceResult:
     def _expected_sum(self, expected_sum: Any, index: int, tracked: int, stacklevel: int):
         """The bytes Untrackable is counted from, or None to leave it out (warning why,
         where the default could not be honoured)."""
-        if isinstance(expected_sum, str):
-            if expected_sum != "driver":
-                raise ValueError(
-                    f"expected_sum={expected_sum!r}: give bytes (an int), None or 'driver'"
-                )
+        if isinstance(expected_sum, str) and expected_sum == "driver":
             why = None
             if self.source != "cuda":
                 why = "this trace recorded CPU memory, which the CUDA driver does not count"
@@ -544,22 +541,6 @@ class TraceResult:
 results.register("trace", TraceResult.from_data)
 
 
-def _exclude_list(exclude: Any) -> list[str] | None:
-    """``exclude`` as a list of path parts (None stays None); a TypeError naming it
-    otherwise (a bare string would be taken letter by letter)."""
-    if exclude is None:
-        return None
-    if isinstance(exclude, (str, bytes, dict)) or not isinstance(exclude, (list, tuple)):
-        raise TypeError(
-            f"exclude must be a list of path parts (strings), or None for default_exclude(), "
-            f"got {_args.shown(exclude)} ({type(exclude).__name__})"
-        )
-    bad = [p for p in exclude if not isinstance(p, str)]
-    if bad:
-        raise TypeError(f"exclude must hold strings (path parts), got {_args.shown(bad[0])}")
-    return list(exclude)
-
-
 def _driver_used(index: int) -> int | None:
     """Bytes in use on a CUDA device by the driver's count (cudarc; None without a driver)."""
     found = _core.driver_device_memory(index) if _core.driver_available() else None
@@ -742,12 +723,7 @@ class Tracer:
         paths: str = "short",
     ):
         max_entries = _args.count(max_entries, "max_entries", minimum=1)
-        exclude = _exclude_list(exclude)
-        if model is not None and not isinstance(model, torch.nn.Module):
-            raise TypeError(
-                f"model must be the torch.nn.Module whose modules name the tags, or None, got "
-                f"{_args.shown(model)} ({type(model).__name__})"
-            )
+        exclude = None if exclude is None else _exclude_parts(exclude)
         if tag_modules not in (True, False, "forward"):
             raise ValueError(f"tag_modules={tag_modules!r}: use True, False or 'forward'")
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -758,8 +734,8 @@ class Tracer:
             )
             raise TypeError(
                 f"Tracer(model=...): model must be a torch.nn.Module instance or None (its "
-                f"module paths name the tags), got {got}; pass the model object itself, e.g. "
-                "Tracer(model=net, tag_modules=True)"
+                f"module paths name the tags), got {got} ({_args.shown(model)}); pass the model "
+                "object itself, e.g. Tracer(model=net, tag_modules=True)"
             )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
