@@ -5,7 +5,7 @@ there, readable.
 A colleague saw `save()` truncate its target and write in place: a full disk destroyed a
 previously good `.json`, `.json.gz` and `.pickle`, and SIGKILL during a repeated `.json.gz`
 save left it unreadable in 2 of 5 runs. Every writer now goes through
-`memlab_rs._atomic_write.atomic_open`: a new file in the same folder, flushed, fsync'ed and
+`memlab_rs.results.atomic.atomic_open`: a new file in the same folder, flushed, fsync'ed and
 renamed over the target. A full disk is simulated with RLIMIT_FSIZE (writes past the limit
 fail with EFBIG, as they fail with ENOSPC on a full disk).
 """
@@ -153,7 +153,7 @@ def test_a_process_killed_while_saving_leaves_a_readable_file(tmp_path, wait_chi
 
 
 def test_atomic_open_keeps_the_targets_mode_writes_through_links_and_devices(tmp_path):
-    from memlab_rs._atomic_write import atomic_open, write_text
+    from memlab_rs.results.atomic import atomic_open, write_text
 
     target = tmp_path / "shared.json"
     target.write_text("old")

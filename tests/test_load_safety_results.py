@@ -71,7 +71,7 @@ def _refused_in_one_line(status: int, err: str, args: Any) -> None:
 def test_every_kind_has_a_schema_and_its_results_pass_it():
     from memlab_rs import _result_schema
 
-    results._import_kinds()
+    results.files._import_kinds()
     assert sorted(_result_schema.SCHEMAS) == KINDS
     assert sorted(results.KINDS) == KINDS
     for kind, doc in documents().items():

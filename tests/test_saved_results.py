@@ -581,7 +581,7 @@ def test_an_older_schema_is_migrated_or_refused_clearly(tmp_path, monkeypatch):
     report = tensor_report()
     path = tmp_path / "old.json"
     report.save(path)
-    monkeypatch.setattr(results, "SCHEMA", 2)
+    monkeypatch.setattr(results.files, "SCHEMA", 2)  # where the reader looks
     with pytest.raises(ValueError, match="result schema 1 can no longer be read") as err:
         memlab_rs.load(path)
     assert str(err.value).startswith(str(path)) and "the memlab_rs that wrote it" in str(err.value)
@@ -592,7 +592,7 @@ def test_an_older_schema_is_migrated_or_refused_clearly(tmp_path, monkeypatch):
         seen.append(doc["schema"])
         return {**copy.deepcopy(doc), "schema": 2}
 
-    monkeypatch.setitem(results._MIGRATIONS, 1, to_schema_2)
+    monkeypatch.setitem(results.files._MIGRATIONS, 1, to_schema_2)
     loaded = memlab_rs.load(path)
     assert seen == [1]
     assert loaded.to_text() == report.to_text()

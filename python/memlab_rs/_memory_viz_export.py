@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from . import _args
-from ._atomic_write import atomic_open
+from .results.atomic import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -146,7 +146,7 @@ def export_memory_viz(snapshot: dict[str, Any], path: PathLike, format: str = "p
     _check_schema(snapshot)
     _plain(snapshot, "", set(), for_json=format == "json")
     target = Path(_args.path(path, "path"))
-    # Whole or not at all: a failure leaves no half-written snapshot (_atomic_write).
+    # Whole or not at all: a failure leaves no half-written snapshot (results.atomic).
     with atomic_open(target, binary=format == "pickle") as f:
         if format == "pickle":
             pickle.dump(snapshot, f, protocol=PICKLE_PROTOCOL)

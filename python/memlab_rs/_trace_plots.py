@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
 from . import _args
-from ._atomic_write import atomic_open
+from .results.atomic import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -410,7 +410,7 @@ def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
 
 
 def save_figure(fig: Any, path: Any, dpi: Any = "figure") -> None:
-    """``fig.savefig(path)``, whole or not at all (``_atomic_write``): the format is the
+    """``fig.savefig(path)``, whole or not at all (``results.atomic``): the format is the
     extension's, and a name without one gets matplotlib's default (``.png``), as savefig
     names it."""
     import matplotlib

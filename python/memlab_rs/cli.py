@@ -450,6 +450,6 @@ def _write(text: str, path: str | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        from ._atomic_write import write_text
+        from .results.atomic import write_text
 
         write_text(path, text)

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
-from ._atomic_write import atomic_open
 from ._torch import device_key
 from ._trace_names import start_names
+from .results.atomic import atomic_open
 
 DEFAULT_MAX_ENTRIES = 1_000_000
 _USER_LIKE = ("demo.py", "models.py")

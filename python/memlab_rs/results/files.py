@@ -1,4 +1,4 @@
-"""Results as data: every tool's result saves to, and loads from, one JSON format.
+"""The result file: every tool's result saves to, and loads from, one JSON format.
 
 A result file is one JSON object (gzip-compressed when the path ends in ``.gz``)::
 
@@ -31,17 +31,13 @@ True
 
 from __future__ import annotations
 
-import datetime
 import gzip
 import json
 import os
-import platform
-import socket
-import sys
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Callable, Protocol
 
-from . import _args, _atomic_write, _result_schema
-from ._atomic_write import atomic_open
+from .. import _args, _result_schema
+from .atomic import atomic_open
 
 FORMAT = "memlab_rs.result"
 SCHEMA = 1
@@ -73,77 +69,6 @@ _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 def register(kind: str, from_data: Callable[[dict[str, Any], dict[str, Any]], Any]) -> None:
     """Make ``load`` rebuild results of ``kind`` with ``from_data(data, meta)``."""
     KINDS[kind] = from_data
-
-
-def rank_info() -> dict[str, int]:
-    """This process's rank, world size and local rank: torch.distributed's when a process
-    group is initialised, else torchrun's environment (``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``), else a single process (0, 1, 0).
-
-    >>> rank_info()["world_size"] >= 1
-    True
-    """
-    rank = _env_int("RANK", 0)
-    world = _env_int("WORLD_SIZE", 1)
-    local = _env_int("LOCAL_RANK", rank)
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            rank, world = dist.get_rank(), dist.get_world_size()
-    except Exception:  # a broken or partial torch.distributed: the environment stands
-        pass
-    return {"rank": rank, "world_size": world, "local_rank": local}
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def run_meta(device: str | None = None, **extra: Any) -> dict[str, Any]:
-    """Where and when a result was made: versions, host, process, rank, time, device.
-
-    >>> sorted(run_meta("cpu"))[:4]
-    ['argv', 'created', 'device', 'host']
-    """
-    import torch
-
-    from . import __version__
-
-    meta: dict[str, Any] = {
-        "memlab_rs": __version__,
-        "torch": torch.__version__.split("+")[0],
-        "python": platform.python_version(),
-        "platform": sys.platform,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "argv": list(sys.argv),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
-    }
-    meta.update(rank_info())
-    meta.update(extra)
-    return meta
-
-
-def rank_heading(meta: dict[str, Any]) -> str | None:
-    """The line that says which rank a result comes from, for a result made in a job of
-    several processes (None for a single process): rank, world size, device and host.
-
-    >>> rank_heading({"rank": 1, "world_size": 2, "device": "cuda:1", "host": "node7"})
-    'rank 1 of 2 (cuda:1 on node7)'
-    >>> rank_heading({"rank": 0, "world_size": 1}) is None
-    True
-    """
-    world = meta.get("world_size")
-    if not isinstance(world, int) or world <= 1:
-        return None
-    where = [str(meta[k]) for k in ("device", "host") if meta.get(k)]
-    suffix = f" ({' on '.join(where)})" if where else ""
-    return f"rank {meta.get('rank')} of {world}{suffix}"
 
 
 def document(result: Result) -> dict[str, Any]:
@@ -255,7 +180,7 @@ def parse_json(data: bytes | str, name: str) -> Any:
     """The JSON value of a result's text: UTF-8, checked by ``_core.check_result_json``
     first (nesting, numbers, NaN and Infinity), then parsed; a ValueError naming ``name``
     otherwise."""
-    from . import _core
+    from .. import _core
 
     def refused(why: str) -> ValueError:
         return ValueError(
@@ -291,7 +216,7 @@ def from_document(doc: Any, name: str = "<document>") -> Any:
     if type(schema) is not int or schema < 1:
         raise ValueError(f"{name}: a memlab_rs result with a bad schema version {schema!r}")
     if schema > SCHEMA:
-        from . import __version__
+        from .. import __version__
 
         raise ValueError(
             f"{name}: written with result schema {schema} by a newer memlab_rs; this is "
@@ -339,86 +264,12 @@ def check_result(item: Any, name: str) -> Any:
     return item
 
 
-class SavedResult:
-    """What every result class shares: ``save(path)``, ``str()`` and ``repr()`` as its
-    ``text()``, Jupyter's display as its ``html()`` (plain text where it has none).
-    Subclasses define ``kind``, ``meta``, ``to_data()`` and ``text()``, and ``html()``
-    where they have an HTML form; they override the rest where they differ."""
-
-    kind: ClassVar[str]
-    meta: dict[str, Any]
-
-    def to_data(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def text(self) -> str:
-        raise NotImplementedError
-
-    def html(self) -> str:
-        raise NotImplementedError
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save to a result file (``memlab_rs.load`` reads it; ``.gz`` compresses), whole or
-        not at all: a failed save (a full disk, a killed process) leaves the file that was
-        there."""
-        save(self, path)
-
-    def _repr_html_(self) -> str | None:
-        try:
-            return self.html()
-        except NotImplementedError:  # no HTML form: Jupyter shows the text
-            return None
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def __repr__(self) -> str:
-        return self.text()
-
-
-def write_csv(
-    records: list[dict[str, Any]],
-    path: str | os.PathLike[str] | None = None,
-    fieldnames: list[str] | None = None,
-) -> str:
-    """Records (dicts with the same keys) as CSV text, also written to ``path`` when given:
-    the one CSV writer of every result's ``to_csv``.
-
-    >>> write_csv([{"line": 3, "bytes": 1024}])
-    'line,bytes\\n3,1024\\n'
-    """
-    import csv
-    import io
-
-    out = io.StringIO()
-    names = fieldnames if fieldnames is not None else list(records[0]) if records else []
-    if names:
-        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    return write_text(out.getvalue(), path)
-
-
-def write_text(text: str, path: str | os.PathLike[str] | None, name: str = "path") -> str:
-    """Write ``text`` to the caller's ``path`` (nothing for None) and return it: where every
-    ``to_csv(path)``, ``to_json(path)`` and the like write. A path that is not a str or
-    ``os.PathLike`` is a TypeError naming ``name``: ``open(True)`` would write to standard
-    output and close it.
-
-    >>> write_text("a,b\\n", None)
-    'a,b\\n'
-    """
-    if path is not None:
-        _atomic_write.write_text(_args.path(path, name), text, newline="")
-    return text
-
-
 def _import_kinds() -> None:
     """Import the modules whose result classes register kinds."""
     import importlib
 
     for module in _KIND_MODULES:
-        importlib.import_module(f"{__package__}.{module}")
+        importlib.import_module(f"memlab_rs.{module}")
 
 
 #: The modules whose import registers a kind (by module name: ``memlab_rs.estimate`` the
