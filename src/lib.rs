@@ -98,15 +98,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
-    m.add_function(wrap_pyfunction!(test_memory::py::_test_memory_text, m)?)?;
-    m.add_function(wrap_pyfunction!(
-        test_memory::py::_test_memory_limit_text,
-        m
-    )?)?;
-    m.add_function(wrap_pyfunction!(
-        test_memory::py::_test_memory_top_table,
-        m
-    )?)?;
     line_profiler::register(m)?;
+    test_memory::py::register(m)?;
     Ok(())
 }

@@ -12,8 +12,7 @@ from typing import Any
 import torch
 
 import memlab_rs
-from memlab_rs import results
-from memlab_rs.pytest_result import PytestMemoryResult
+from memlab_rs import PytestMemoryResult, results
 
 
 def _grow(n: int) -> torch.Tensor:

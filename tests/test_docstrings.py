@@ -31,7 +31,7 @@ import pytest
         "memlab_rs._runner",
         "memlab_rs._profiled_run",
         "memlab_rs.pytest_plugin",
-        "memlab_rs.pytest_result",
+        "memlab_rs.test_memory.result",
         "memlab_rs._args",
     ],
 )

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import memlab_rs
+from memlab_rs import PytestMemoryResult
 from memlab_rs.pytest_plugin import file_name, parse_limit
-from memlab_rs.pytest_result import PytestMemoryResult
 
 pytest_plugins = ["pytester"]
 

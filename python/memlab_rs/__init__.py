@@ -22,9 +22,9 @@ from .profile import (
     profile_every,
     set_target_gpu,
 )
-from .pytest_result import PytestMemoryResult
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
+from .test_memory import PytestMemoryResult
 from .tracker import MemTracker, TrackResult, TrackRow
 
 __all__ = [

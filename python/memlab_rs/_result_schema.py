@@ -483,4 +483,5 @@ def check(kind: str, data: Any, meta: Any) -> None:
     """A ValueError naming the first field of ``data`` or ``meta`` that is not what a
     ``kind`` result holds (its type, its range, its agreement with the other fields)."""
     META.check_object(meta, "meta")
-    SCHEMAS[kind].check_object(data, SCHEMAS[kind].label("", kind))
+    if kind in SCHEMAS:  # a kind whose data Rust reads is checked there (its serde derive)
+        SCHEMAS[kind].check_object(data, SCHEMAS[kind].label("", kind))

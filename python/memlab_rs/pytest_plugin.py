@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ import torch
 
 from . import _core, results
 from ._torch import cuda_index_exists, device_key
-from .pytest_result import PytestMemoryResult
+from .test_memory import PytestMemoryResult
 from .trace import Tracer  # (and through it _cpu_source, the CPU source's glue)
 
 MARKERS = ("limit_memory", "limit_cuda_memory")
@@ -213,7 +214,9 @@ class MemlabPlugin:
             raise
         measurements = self._pending[item.nodeid] = call.stop()
         failures = [
-            _core._test_memory_limit_text(_tuple(m), call.markers[m["device"]], FAILURE_ROWS)
+            _core.test_memory.limit_text(
+                json.dumps(m), call.markers[m["device"]], FAILURE_ROWS
+            )
             for m in measurements
             if m["limit_bytes"] is not None and m["peak_bytes"] > m["limit_bytes"]
         ]
@@ -256,16 +259,17 @@ class MemlabPlugin:
         if not self.table:
             return
         terminalreporter.write_sep("=", "memlab_rs: the highest peaks of the tests' calls")
-        by_device: dict[str, list[tuple[str, int, int | None, str]]] = {}
+        by_device: dict[str, list[dict[str, Any]]] = {}
         for nodeid, outcome, measurements in self.records:
             for m in measurements:
                 by_device.setdefault(m["device"], []).append(
-                    (nodeid, m["peak_bytes"], m["limit_bytes"], outcome)
+                    {"nodeid": nodeid, "peak_bytes": m["peak_bytes"],
+                     "limit_bytes": m["limit_bytes"], "outcome": outcome}  # fmt: skip
                 )
         for device in sorted(by_device, key=_device_order):
-            peaks = sorted(by_device[device], key=lambda p: (-p[1], p[0]))
+            peaks = sorted(by_device[device], key=lambda p: (-p["peak_bytes"], p["nodeid"]))
             terminalreporter.write(
-                _core._test_memory_top_table(device, peaks[: self.top], len(peaks))
+                _core.test_memory.top_table(device, json.dumps(peaks[: self.top]), len(peaks))
             )
         if not by_device:
             terminalreporter.write_line("no test's call was measured")
@@ -276,11 +280,6 @@ class MemlabPlugin:
 
     def pytest_unconfigure(self) -> None:
         self._sources = None  # the CPU source stops with its last reader
-
-
-def _tuple(m: dict[str, Any]) -> Any:
-    rows = [(r["location"], r["bytes"], r["count"]) for r in m["rows"]]
-    return (m["device"], m["peak_bytes"], m["start_bytes"], m["limit_bytes"], rows, m["notices"])
 
 
 class _Call:

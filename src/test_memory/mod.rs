@@ -3,3 +3,4 @@
 
 pub mod py;
 pub mod render;
+pub mod result;

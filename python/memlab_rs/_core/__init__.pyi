@@ -10,6 +10,8 @@ from typing import Any, SupportsIndex, final
 
 import numpy as np
 
+from . import test_memory as test_memory
+
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
     "HostBook",
@@ -71,9 +73,6 @@ __all__ = [
     "_run_inside_engine",
     "_set_cpu_glue",
     "_set_cpu_tracking",
-    "_test_memory_limit_text",
-    "_test_memory_text",
-    "_test_memory_top_table",
     "_trace_new_thread",
     "_trace_timeline_html",
     "_tracker_html",
@@ -84,6 +83,7 @@ __all__ = [
     "driver_device_memory",
     "parse_size",
     "readable_size",
+    "test_memory",
     "render_tracker_block",
     "tracked_tensors",
 ]
@@ -488,23 +488,5 @@ def _monitor_html(
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).
-def _test_memory_text(
-    nodeid: str,
-    outcome: str,
-    measurements: Sequence[
-        tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]]
-    ],
-) -> str:
-    """A test's memory result as text: node id, outcome, each device measured."""
 
-def _test_memory_limit_text(
-    m: tuple[str, int, int, int | None, Sequence[tuple[str, int, int]], Sequence[str]],
-    marker: str,
-    top: int,
-) -> str:
-    """The failure message of a test over its limit, with the top rows at the peak."""
 
-def _test_memory_top_table(
-    device: str, peaks: Sequence[tuple[str, int, int | None, str]], measured: int
-) -> str:
-    """The session's table of one device's highest peaks."""

@@ -3,11 +3,12 @@ class (``Result``) gives each kind its save, text, HTML and Jupyter display.
 
 - ``files``: the result file (envelope, schema, load, gzip and JSON read with bounds);
 - ``meta``: where and when a result was made;
-- ``base``: the base class of every result kind;
+- ``base``: the base class of every result kind (``Result``: data made by Rust, held
+  as the JSON text its serde derive writes);
 - ``writing`` and ``atomic``: text written whole or not at all.
 """
 
-from .base import SavedResult
+from .base import Result, SavedResult
 from .files import (
     FORMAT,
     KINDS,
@@ -30,6 +31,7 @@ __all__ = [
     "FORMAT",
     "KINDS",
     "SCHEMA",
+    "Result",
     "SavedResult",
     "check_result",
     "document",

@@ -3,6 +3,7 @@
 //! number, so the exact number is what the failure shows.
 
 use super::{Measurement, Peak, Row};
+use crate::test_memory::result::TestMemory;
 use crate::text::size::human_bytes;
 
 /// `1048576` as `1,048,576`.
@@ -111,9 +112,9 @@ fn measurement(m: &Measurement) -> String {
 }
 
 /// A test's result: its node id and outcome, then each device measured.
-pub fn render(nodeid: &str, outcome: &str, measurements: &[Measurement]) -> String {
-    let mut out = format!("{nodeid}: {outcome}\n");
-    for m in measurements {
+pub fn render(result: &TestMemory) -> String {
+    let mut out = format!("{}: {}\n", result.nodeid, result.outcome);
+    for m in &result.measurements {
         out.push_str(&measurement(m));
     }
     out
@@ -214,7 +215,11 @@ mod tests {
 
     #[test]
     fn result_text_and_table() {
-        let text = render("test_a.py::test_big", "passed", &[measured(Some(2 << 20))]);
+        let text = render(&TestMemory {
+            nodeid: "test_a.py::test_big".into(),
+            outcome: "passed".into(),
+            measurements: vec![measured(Some(2 << 20))],
+        });
         assert!(text.starts_with(
             "test_a.py::test_big: passed\ncpu: peak 1,048,576 bytes (1.0 MiB) above the \
              4,000,000 allocated when the call began; limit 2,097,152 bytes (2.0 MiB)\n"

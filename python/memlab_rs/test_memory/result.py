@@ -6,7 +6,7 @@ watched: the peak (the highest allocated bytes during the call minus those alloc
 it began), the bytes allocated when it began, the marker's limit if it had one, and, for a
 test with a limit, what the call allocated that was alive at the peak, by source line.
 
->>> from memlab_rs.pytest_result import PytestMemoryResult
+>>> from memlab_rs import PytestMemoryResult
 >>> result = PytestMemoryResult(
 ...     "test_a.py::test_big", "passed",
 ...     [{"device": "cpu", "peak_bytes": 1048576, "start_bytes": 0, "limit_bytes": None,
@@ -23,37 +23,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core, results
+from .. import _core, results
 
 
-def _measurement(m: dict[str, Any]) -> dict[str, Any]:
-    """A measurement checked and normalised (a saved file's, or one the plugin made)."""
-    limit = m.get("limit_bytes")
-    return {
-        "device": str(m["device"]),
-        "peak_bytes": int(m["peak_bytes"]),
-        "start_bytes": int(m["start_bytes"]),
-        "limit_bytes": None if limit is None else int(limit),
-        "rows": [
-            {"location": str(r["location"]), "bytes": int(r["bytes"]), "count": int(r["count"])}
-            for r in m.get("rows", [])
-        ],
-        "notices": [str(n) for n in m.get("notices", [])],
-    }
-
-
-def _as_tuple(m: dict[str, Any]) -> Any:
-    """A measurement as the renderers take it."""
-    rows = [(r["location"], r["bytes"], r["count"]) for r in m["rows"]]
-    return (m["device"], m["peak_bytes"], m["start_bytes"], m["limit_bytes"], rows, m["notices"])
-
-
-class PytestMemoryResult(results.SavedResult):
+class PytestMemoryResult(results.Result):
     """One test's memory: its node id, outcome (``passed``, ``failed``, ``skipped``) and one
     measurement per device (a dict: ``device``, ``peak_bytes``, ``start_bytes``,
     ``limit_bytes`` or None, ``rows``: [{``location``, ``bytes``, ``count``}], ``notices``)."""
 
     kind = "test_memory"
+    _rust = _core.test_memory
 
     def __init__(
         self,
@@ -62,10 +41,24 @@ class PytestMemoryResult(results.SavedResult):
         measurements: list[dict[str, Any]],
         meta: dict[str, Any],
     ):
-        self.nodeid = nodeid
-        self.outcome = outcome
-        self.measurements = [_measurement(m) for m in measurements]
-        self.meta = meta
+        self._set_data(
+            {"nodeid": nodeid, "outcome": outcome, "measurements": measurements}, meta
+        )
+
+    @property
+    def nodeid(self) -> str:
+        """The test's node id."""
+        return str(self.to_data()["nodeid"])
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``skipped``."""
+        return str(self.to_data()["outcome"])
+
+    @property
+    def measurements(self) -> list[dict[str, Any]]:
+        """One dict per device measured, in measurement order."""
+        return list(self.to_data()["measurements"])
 
     @property
     def devices(self) -> list[str]:
@@ -88,22 +81,7 @@ class PytestMemoryResult(results.SavedResult):
     def text(self) -> str:
         """The node id and outcome, then per device the peak, the limit, and the rows alive
         at the peak."""
-        return _core._test_memory_text(
-            self.nodeid, self.outcome, [_as_tuple(m) for m in self.measurements]
-        )
-
-    def to_data(self) -> dict[str, Any]:
-        """The result as JSON values (the saved file's ``data``)."""
-        return {
-            "nodeid": self.nodeid,
-            "outcome": self.outcome,
-            "measurements": self.measurements,
-        }
-
-    @classmethod
-    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> PytestMemoryResult:
-        """The result from a saved file's ``data`` and ``meta``."""
-        return cls(str(data["nodeid"]), str(data["outcome"]), list(data["measurements"]), meta)
+        return self.render("text")
 
 
 results.register(PytestMemoryResult.kind, PytestMemoryResult.from_data)
