@@ -3,7 +3,7 @@
 #            pytest on every CPython 3.9-3.13 found (noxfile.py; a missing one is skipped with
 #            a notice), in parallel lanes, one per core (.ci/nox_lanes.py).
 #            NOX_ARGS passes options to nox's pytest sessions, e.g.
-#            make test NOX_ARGS='-p 3.12 -- tests/test_size.py'.
+#            make test NOX_ARGS='-p 3.12 -- tests/unit/text/test_size.py'.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

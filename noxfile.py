@@ -24,7 +24,7 @@ wheel builds from it.
 Examples:
     make test                                   # everything, every Python found
     .venv/bin/nox -p 3.12                       # one Python (after `make build`)
-    .venv/bin/nox -p 3.9 -- tests/test_size.py -x   # arguments after -- go to pytest
+    .venv/bin/nox -p 3.9 -- tests/unit/text/test_size.py -x   # arguments after -- go to pytest
     .venv/bin/nox -s wheel                      # release wheel and sdist (after `make build`)
 """
 
@@ -131,7 +131,20 @@ def tests(session: nox.Session) -> None:
     )
     # `pytest`, not `python -m pytest`: -m would put the working directory on sys.path.
     # pytest exits 5 when it collected no test: that fails the session, as it should here.
-    session.run("pytest", *(session.posargs or ["tests"]))
+    session.run("pytest", *(session.posargs or _test_paths(str(session.python))))
+
+
+def _test_paths(version: str) -> list[str]:
+    """What a session tests: the in-process tests (tests/unit, tests/contract, and tests/gpu,
+    which skip without CUDA) on every CPython; the tests of whole processes (tests/integration:
+    subprocesses, the CLI end to end, pytester, fork, torchrun/gloo) on the oldest and the
+    newest found, where interpreter differences show (they cost most of a session's time,
+    most of it importing torch in fresh interpreters)."""
+    found = _interpreters_found()
+    paths = ["tests/unit", "tests/contract", "tests/gpu"]
+    if version in (found[0], found[-1]):
+        paths.append("tests/integration")
+    return paths
 
 
 # The release wheel and the sdist: `nox -s wheel` (`make wheel`; `make test` runs it too).

@@ -8,11 +8,10 @@ from . import trace as trace  # memlab_rs.trace: what was alive at the peak
 from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import parse_size, readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
-from .diff import ResultDiff, diff_results
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .line_result import LineProfileResult
-from .merge import MergedLineProfile, MergedTensorReport, gather_results, merge_results
+from .merge import MergedLineProfile, MergedTensorReport
 from .monitor import MemoryMonitor, memory_profiler
 from .monitor_result import MonitorResult
 from .profile import (
@@ -24,6 +23,8 @@ from .profile import (
 )
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
+from .results.diff import ResultDiff, diff_results
+from .results.merge import gather_results, merge_results
 from .test_memory import PytestMemoryResult
 from .tracker import MemTracker, TrackResult, TrackRow
 

@@ -382,8 +382,8 @@ def _render(result: Any, methods: tuple[str, ...], view: dict[str, Any]) -> str:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .diff import diff_results
     from .line_result import DEFAULT_COLUMNS
+    from .results.diff import diff_results
 
     columns = _columns(args)
     change = diff_results(args.a, args.b, DEFAULT_COLUMNS if columns == "default" else columns)
@@ -420,7 +420,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from .merge import merge_results
+    from .results.merge import merge_results
 
     merged = merge_results(args.files)
     columns = _columns(args)

@@ -87,20 +87,20 @@ mod tests {
         assert_eq!(
             short(
                 "/work",
-                "/work/.venv/lib/python3.11/site-packages/torch/nn/f.py"
+                "/home/ana/.venv/lib/python3.11/site-packages/torch/nn/f.py"
             ),
             ".../torch/nn/f.py"
         );
         assert_eq!(
-            short("/work/proj", "/work/proj/models/gpt.py"),
+            short("/home/ana/proj", "/home/ana/proj/models/gpt.py"),
             "models/gpt.py"
         );
-        assert_eq!(short("/work/proj/", "/work/proj/train.py"), "train.py");
+        assert_eq!(short("/home/ana/proj/", "/home/ana/proj/train.py"), "train.py");
         assert_eq!(
-            short("/work/proj", "/work/project/train.py"),
-            "/work/project/train.py"
+            short("/home/ana/proj", "/home/ana/project/train.py"),
+            "/home/ana/project/train.py"
         );
-        assert_eq!(short("/work/proj", "/work/proj"), "/work/proj");
+        assert_eq!(short("/home/ana/proj", "/home/ana/proj"), "/home/ana/proj");
         assert_eq!(short("/", "/app/train.py"), "/app/train.py");
         assert_eq!(
             short("/work", "<frozen importlib._bootstrap>"),

@@ -277,8 +277,9 @@ def _import_kinds() -> None:
         importlib.import_module(f"memlab_rs.{module}")
 
 
-#: The modules whose import registers a kind (by module name: ``memlab_rs.estimate`` the
-#: attribute is the function, so ``from . import estimate`` would not name the module).
+#: The modules whose import registers a kind, a merge or a diff (by module name:
+#: ``memlab_rs.estimate`` the attribute is the function, so ``from . import estimate`` would
+#: not name the module).
 _KIND_MODULES = (
     "line_result",
     "reporter",
@@ -288,4 +289,5 @@ _KIND_MODULES = (
     "trace",
     "test_memory",
     "merge",
+    "diff",
 )

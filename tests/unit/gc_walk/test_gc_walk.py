@@ -15,10 +15,11 @@ import sys
 
 import pytest
 import torch
+from paths import TESTS
 
 from memlab_rs import MemReporter, _core
 
-MODEL = os.path.join(os.path.dirname(__file__), "gc_walk_model.py")
+MODEL = str(TESTS / "helpers" / "gc_walk_model.py")
 IN_PLACE = (
     "PyUnstable_GC_VisitObjects"
     if sys.version_info >= (3, 12)

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import paths
 import pytest
 import torch
 from signal_alarms import alarms_into, spread
@@ -21,7 +22,7 @@ import memlab_rs
 from memlab_rs import _core
 from memlab_rs._categories import CATEGORIES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "monitor"
+FIXTURES = paths.FIXTURES / "monitor"
 
 # Linear(1000, 500) -> ReLU -> Linear(500, 10), float32:
 PARAMS = 1000 * 500 * 4 + 500 * 4 + 500 * 10 * 4 + 10 * 4  # 2_022_040

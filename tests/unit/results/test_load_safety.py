@@ -24,6 +24,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import paths
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -300,7 +301,7 @@ def test_protocols_0_and_1_are_read_as_plain_data(tmp_path):
 
 # -- fuzzing ---------------------------------------------------------------------------------
 
-FIXTURES = Path(__file__).parent / "fixtures" / "trace"
+FIXTURES = paths.FIXTURES / "trace"
 FUZZ = settings(
     max_examples=int(150 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 pytest.importorskip("IPython")
 
-DOCS = Path(__file__).parent.parent / "docs"
+DOCS = ROOT / "docs"
 
 
 def test_api_reference_is_up_to_date():
@@ -31,7 +31,6 @@ def test_every_public_name_is_in_the_reference():
 # -- what the docs quote is what the code prints ---------------------------------------------
 
 pytest_plugins = ["pytester"]
-ROOT = DOCS.parent
 
 
 def blocks_after(text: str, heading: str) -> list[tuple[str, str]]:

@@ -7,15 +7,15 @@ ResNet-50 batch 64 SGD with momentum). The workloads and the real step are the b
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
+from paths import ROOT
 
 pytestmark = pytest.mark.cuda
 
 _spec = importlib.util.spec_from_file_location(
-    "estimate_compare", Path(__file__).parents[1] / "bench" / "estimate_compare.py"
+    "estimate_compare", ROOT / "bench" / "estimate_compare.py"
 )
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 
 from memlab_rs import trace
 
@@ -410,9 +411,8 @@ def test_cuda_start_is_named_by_tensor():
 # -- keyword groups: Untrackable is never negative, and never dropped without a word ---------
 def mlp_adam():
     import pickle
-    from pathlib import Path
 
-    with open(Path(__file__).parent / "fixtures" / "trace" / "mlp_adam.pickle", "rb") as f:
+    with open(FIXTURES / "trace" / "mlp_adam.pickle", "rb") as f:
         data = pickle.load(f)
     return trace.load(data["snapshot"]), data["facts"]["peak_allocated"]
 

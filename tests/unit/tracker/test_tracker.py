@@ -10,12 +10,13 @@ import time
 
 import pytest
 import torch
+from paths import FIXTURES
 from signal_alarms import alarms_into, spread
 
 import memlab_rs
 from memlab_rs import MemTracker
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "fixtures", "tracker", "cpu_steps.txt")
+GOLDEN = str(FIXTURES / "tracker" / "cpu_steps.txt")
 
 
 def _log(tracker: MemTracker) -> str:

@@ -5,8 +5,8 @@ import os
 import pickle
 import random
 import re
-from pathlib import Path
 
+import paths
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from memlab_rs import _core, trace
 
-FIXTURES = Path(__file__).parent / "fixtures" / "trace"
+FIXTURES = paths.FIXTURES / "trace"
 ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
 
 

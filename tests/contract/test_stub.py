@@ -14,10 +14,11 @@ import types
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 from memlab_rs import _core
 
-STUBS = Path(__file__).parent.parent / "python" / "memlab_rs" / "_core"
+STUBS = ROOT / "python" / "memlab_rs" / "_core"
 
 
 def _stub(path: Path):

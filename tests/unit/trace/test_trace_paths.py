@@ -8,17 +8,17 @@ import importlib.util
 import os
 import pickle
 import re
-from pathlib import Path
 
+import paths
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import ROOT
 
 from memlab_rs import trace
 
-ROOT = Path(__file__).parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "trace"
+FIXTURES = paths.FIXTURES / "trace"
 
 
 # -- the README and the guide ---------------------------------------------------------------
@@ -36,11 +36,19 @@ def quoted_reports(path):
 
 def test_the_readme_and_the_guide_quote_what_the_code_prints():
     """tracer_gpt2_tiny.pickle: the GPT-2 run both documents quote, recorded by the Tracer on
-    an H100 from /work/main (capture.py's own path in the stacks says so). It predates the
-    Tracer saving its working directory, which it would have saved as that."""
+    an H100 from the checkout's root (capture.py's own path in the stacks says where). It
+    predates the Tracer saving its working directory, which it would have saved as that."""
     with open(FIXTURES / "tracer_gpt2_tiny.pickle", "rb") as f:
         snapshot = pickle.load(f)["snapshot"]
-    snapshot["memlab_rs"]["cwd"] = "/work/main"
+    capture = "tests/fixtures/trace/capture.py"
+    recorded_in = {
+        frame["filename"][: -len(capture) - 1]
+        for entry in snapshot["device_traces"][0]
+        for frame in entry.get("frames") or ()
+        if frame["filename"].endswith("/" + capture)
+    }
+    assert len(recorded_in) == 1, recorded_in
+    snapshot["memlab_rs"]["cwd"] = recorded_in.pop()
     result = trace.load(snapshot)
     printed = {"Location": result.text().splitlines(), "Module": result.module_text().splitlines()}
     checked = 0

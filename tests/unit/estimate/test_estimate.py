@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gc
 import json
-from pathlib import Path
 
+import paths
 import pytest
 import torch
 
@@ -16,7 +16,7 @@ from memlab_rs import FakeStepError, _core, _cpu_source, estimate, max_batch_siz
 from memlab_rs._fake_step import _sdpa_backend
 from memlab_rs.models import TinyGPT
 
-FIXTURES = Path(__file__).parent / "fixtures" / "estimate"
+FIXTURES = paths.FIXTURES / "estimate"
 SMALL = dict(vocab=100, dim=32, layers=2, heads=4, context=16)
 needs_cpu_hook = pytest.mark.skipif(
     _cpu_source.library() is None, reason="this torch has no libc10.so (the fallback is used)"

@@ -26,6 +26,7 @@ import threading
 
 import pytest
 import torch
+from paths import TESTS
 
 from memlab_rs import LineProfiler, _core
 
@@ -40,7 +41,6 @@ COLUMNS = (
     "allocated_bytes.all.freed",
     "allocated_bytes.all.current",
 )
-HERE = os.path.dirname(os.path.abspath(__file__))
 # 3.12+ warns at every fork of a process with threads; forking with threads is the point.
 fork_with_threads = pytest.mark.filterwarnings(
     "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
@@ -346,7 +346,7 @@ def test_interpreter_exit_with_threads_running_while_tracking(tmp_path):
     # MEMLAB_RS_STRESS_EXITS (1000 was run for the issue; see the module's docstring).
     runs = int(os.environ.get("MEMLAB_RS_STRESS_EXITS", "24"))
     proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "cpu_exit_children.py"), str(runs), str(tmp_path)],
+        [sys.executable, str(TESTS / "helpers" / "cpu_exit_children.py"), str(runs), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120 + 3 * runs,

@@ -9,7 +9,7 @@ ended in a traceback (`zlib.error` from a corrupt gzip, `RecursionError` from de
 checked before parsing (`_core.check_result_json`: nesting, numbers, NaN and Infinity), a
 gzip file may decompress to at most 256 times its size, and every kind's document is
 checked against its schema (`memlab_rs._result_schema`) before its class sees a field.
-tests/test_load_safety.py does the same for snapshot pickles.
+tests/unit/results/test_load_safety.py does the same for snapshot pickles.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 import memlab_rs
 
-ROOT = Path(__file__).parent.parent
 TEXT_SUFFIXES = {".md", ".py", ".toml", ".txt", ".ipynb", ".rs", ".cfg", ".ini", ".yml"}
 
 
