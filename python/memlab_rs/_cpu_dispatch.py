@@ -1,6 +1,6 @@
 """The CPU source's fallback: CPU tensor storages, counted as operators create them.
 
-Used only where the allocator hook of ``src/stats/cpu`` is impossible (no ``libc10.so``
+Used only where the allocator hook of ``src/sources/cpu`` is impossible (no ``libc10.so``
 with a GOT to rewrite: another platform, a statically linked torch), or with
 ``MEMLAB_RS_CPU_SOURCE=dispatch``; every report made with it says so. Its limits follow from
 how it works: while a profiled function runs on a thread
@@ -253,8 +253,9 @@ def live() -> tuple[int, int]:
 
 
 def forget() -> None:
-    """Forget the live table without uncounting it (the core zeroes the counters when a new
-    tracking session picks this source)."""
+    """Forget the live table without uncounting it: a new session of the CPU source starts
+    (the core zeroes the counters; its weak references are dropped, so their callbacks never
+    run, and the core ignores ``_cpu_freed`` outside a session of this fallback)."""
     _live.clear()
 
 

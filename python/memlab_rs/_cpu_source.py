@@ -1,6 +1,6 @@
 """The CPU memory source's torch-facing side.
 
-CPU memory is counted at torch's CPU allocator by the core (``src/stats/cpu``: its GOT
+CPU memory is counted at torch's CPU allocator by the core (``src/sources/cpu``: its GOT
 slots for ``posix_memalign`` and ``free`` in ``libc10.so``, and why that mechanism). This
 module gives the core what only Python knows:
 
@@ -79,7 +79,9 @@ def _gone(address: int, nbytes: int, _ref: weakref.ref) -> None:
 
 
 def forget() -> None:
-    """The fallback starts afresh: forget its live table."""
+    """A session of the CPU source starts (the hook's or the fallback's): drop what an
+    earlier one left here, the adopted storages' weak references and the fallback's live
+    table, so that no callback of theirs reaches the new session's counters."""
     global _adopted
     _adopted = []
     _cpu_dispatch.forget()

@@ -2,6 +2,7 @@
 number and source text: the change of each column and of the hits) and two tensor reports
 tensor by tensor (per name and device: the change in bytes). ``memlab_rs.diff_results`` (in
 ``results.diff``) reaches them through the diffs registered below."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

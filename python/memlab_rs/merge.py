@@ -13,12 +13,14 @@ rank holding the whole optimizer state, say) stands out. ``memlab_rs.merge_resul
 ...         f(n)
 ...     profiles.append(profiler.result())
 >>> merged = memlab_rs.merge_results(profiles, ranks=[0, 1])
->>> row = merged.records(columns=["active_bytes.all.peak"])[1]
->>> row["code"], row["active_bytes.all.peak.rank0"], row["active_bytes.all.peak.rank1"]
+>>> column = "allocated_bytes.all.allocated"      # bytes each line allocated
+>>> row = merged.records(columns=[column])[1]
+>>> row["code"], row[f"{column}.rank0"], row[f"{column}.rank1"]
 ('    x = torch.zeros(n, 1024)', 1048576, 2097152)
->>> row["active_bytes.all.peak.max_rank"]
+>>> row[f"{column}.max_rank"]
 1
 """
+
 from __future__ import annotations
 
 import html

@@ -20,7 +20,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::sources::cpu::COUNTERS as CPU;
+use crate::sources::cpu::{fallback_counts, COUNTERS as CPU};
 use crate::sources::source::Device;
 use engine::{try_with_engine, with_engine, Code, CollectorId};
 use hooks::{run_actions, sync_locked, thread_id};
@@ -313,22 +313,32 @@ fn finish_retiring(
     }
 }
 
-/// Count a new CPU storage of `nbytes` (called by the dispatch-mode fallback).
+/// Count a new CPU storage of `nbytes` (called by the dispatch-mode fallback; ignored
+/// unless the fallback is what counts now: see `sources::cpu::fallback_counts`).
 #[pyfunction]
 pub fn _cpu_allocated(nbytes: i64) {
-    CPU.allocated(nbytes);
+    if fallback_counts() {
+        CPU.allocated(nbytes);
+    }
 }
 
-/// Count a CPU storage that existed before tracking started (live, not allocated).
+/// Count a CPU storage that existed before tracking started (live, not allocated; ignored
+/// unless the fallback counts now).
 #[pyfunction]
 pub fn _cpu_adopted(nbytes: i64) {
-    CPU.adopted(nbytes);
+    if fallback_counts() {
+        CPU.adopted(nbytes);
+    }
 }
 
-/// Count a freed CPU storage of `nbytes` (called when its weak reference dies).
+/// Count a freed CPU storage of `nbytes` (called when its weak reference dies; ignored
+/// unless the fallback counts now: a weak reference of an earlier fallback session dying
+/// while the allocator hook counts must not uncount what the hook counted).
 #[pyfunction]
 pub fn _cpu_freed(nbytes: i64) {
-    CPU.freed(nbytes);
+    if fallback_counts() {
+        CPU.freed(nbytes);
+    }
 }
 
 /// Live CPU storages the tracker knows: (bytes, count).

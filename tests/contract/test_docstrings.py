@@ -52,3 +52,19 @@ def test_docstring_examples(module):
     for test in tests:
         runner.run(test)
     assert runner.failures == 0
+
+
+@pytest.mark.parametrize("module", ["memlab_rs.merge", "memlab_rs.results.diff"])
+def test_line_profile_examples_hold_whatever_else_is_alive(module):
+    """Their figures are what a line allocated, which no other CPU tensor alive in the process
+    changes (a line's peak counts every live storage, as on CUDA: another test module's
+    model, say, made the merge example's peaks 24 bytes higher)."""
+    import torch
+
+    held = torch.nn.Linear(2, 2)  # 24 bytes of CPU storages alive throughout
+    mod = importlib.import_module(module)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in doctest.DocTestFinder(exclude_empty=True).find(mod, mod.__name__):
+        runner.run(test)
+    assert runner.failures == 0
+    del held

@@ -15,7 +15,7 @@ bytes, the check ``memlab-rs diff --fail-over`` turns into an exit status.
 ...     with memlab_rs.LineProfiler(f, device="cpu") as profiler:
 ...         f(n)
 ...     runs.append(profiler.result())
->>> change = diff_results(*runs, columns=["active_bytes.all.peak"])
+>>> change = diff_results(*runs, columns=["allocated_bytes.all.allocated"])
 >>> [(r["line"], r["a"], r["b"], r["change"]) for r in change.rows]
 [(2, 1048576, 2097152, 1048576)]
 >>> len(change.regressions(over=512 << 10))

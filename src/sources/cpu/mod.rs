@@ -55,6 +55,18 @@
 //! - fork: the table's lock is held across `fork()` (pthread_atfork), so the child never
 //!   inherits it locked; the forking thread's own allocations in that window pass through.
 //!
+//! # Sessions
+//! A session runs from the first `start` (a line profiler's or monitor's CPU source, a CPU
+//! trace, the pytest plugin) to the last `stop`; every reader of one session shares its
+//! table and counters, and nothing of it may count in the next. The table goes at the last
+//! stop and the counters are zeroed at the next first start, but weak references made on
+//! the Python side live on: `baseline()`'s (their callbacks uncount adopted storages) and the
+//! fallback's live table (its callbacks call `_cpu_freed`). So a first `start` calls
+//! `forget()` before anything counts, which drops them all (a dropped weak reference never
+//! calls back), and the fallback's calls reach the counters only while the fallback is the
+//! session's mode (`fallback_counts`): one of its storages freed during a later session of
+//! the hook, which recognises that free by address itself, would have been uncounted twice.
+//!
 //! # The CPU trace
 //! While a CPU trace runs (`trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same two
 //! functions also append every allocation and free of a tracked address to a ring buffer
@@ -171,6 +183,8 @@ impl Drop for LifecycleGuard {
 }
 
 static TRACKING: AtomicBool = AtomicBool::new(false);
+/// The dispatch-mode fallback is what counts now (see `fallback_counts`).
+static FALLBACK: AtomicBool = AtomicBool::new(false);
 static DISPLACED: AtomicBool = AtomicBool::new(false);
 static REAL_MEMALIGN: AtomicUsize = AtomicUsize::new(0);
 static REAL_FREE: AtomicUsize = AtomicUsize::new(0);
@@ -272,6 +286,9 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
             "memlab_rs._cpu_source was not imported: the CPU source has no torch glue",
         )
     })?;
+    // An earlier session's Python side goes before anything counts: the fallback's live
+    // table and both kinds of weak references (see "Sessions" above).
+    glue.forget.call0(py)?;
     let mode = match install(py, glue)? {
         Ok(installed) => {
             // The hook counts from here; what was alive already is adopted once.
@@ -284,7 +301,6 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
             Mode::Allocator
         }
         Err(why) => {
-            glue.forget.call0(py)?;
             let mut table = table::lock();
             table::reset(&mut table);
             *table = None;
@@ -292,6 +308,7 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
         }
     };
     life.0.users = 1;
+    FALLBACK.store(matches!(mode, Mode::Dispatch(_)), Relaxed);
     info().mode = Some(mode.clone());
     Ok(mode)
 }
@@ -319,6 +336,7 @@ fn release(mut life: LifecycleGuard) {
     if life.0.users > 0 {
         return;
     }
+    FALLBACK.store(false, Relaxed);
     {
         let mut info = info();
         info.mode = None;
@@ -327,6 +345,13 @@ fn release(mut life: LifecycleGuard) {
     if let Some(installed) = life.0.installed.take() {
         uninstall(installed);
     }
+}
+
+/// Whether the dispatch-mode fallback counts now: what it reports (`_cpu_allocated`,
+/// `_cpu_adopted`, `_cpu_freed`) reaches the counters only then. Its weak references'
+/// callbacks outside its own session, in no session or in the allocator hook's, are stale.
+pub fn fallback_counts() -> bool {
+    FALLBACK.load(Relaxed)
 }
 
 /// How CPU memory is counted now (None when nobody counts).

@@ -1,4 +1,4 @@
-"""The CPU source at torch's allocator (src/stats/cpu): per-line numbers equal the
+"""The CPU source at torch's allocator (src/sources/cpu): per-line numbers equal the
 allocator's truth on every path a CPU storage can be made, memory alive before tracking is
 adopted once, and nothing of ours stays installed after tracking ends.
 
