@@ -1,6 +1,7 @@
 """Interpreter exit while CPU memory is tracked and threads are still running.
 
-Run by tests/unit/sources/test_cpu_allocator_robust.py as ``python cpu_exit_children.py RUNS OUT_DIR``.
+Run by tests/unit/sources/test_cpu_allocator_robust.py as
+``python cpu_exit_children.py RUNS OUT_DIR``.
 It imports torch once, then forks RUNS children (two at a time). Each child starts the
 scenario below and ends through a normal interpreter exit (half of them by ``sys.exit`` from
 inside a profiled function, half by falling off the end of this script):
