@@ -235,7 +235,9 @@ class MemoryMonitor:
             if self._stopped:
                 return
             self._stopped = True
-            self._pop_hooks()  # when it cannot, the pair left is inert: it only chains
+            if not self._pop_hooks() and self._pushed_on is not None:
+                # Left on: inert (it only chains) until it surfaces, and is popped then.
+                _left_inert(self._pushed_on, self._pack, self._unpack)
             _backward_calls.remove(self)
             for handle in self._handles:
                 handle.remove()
@@ -304,6 +306,7 @@ class MemoryMonitor:
         tensors are logged from now on, until ``_pop_hooks``."""
         if self._pushed_on is not None:
             return
+        _pop_inert()
         outer = _top_hooks()
         self._hooks.chain(outer)
         self._chains = outer is not None
@@ -325,6 +328,7 @@ class MemoryMonitor:
             return False  # another thread's stack, or a pair pushed over ours: left on
         _autograd._pop_saved_tensors_default_hooks()
         self._pushed_on = None
+        _pop_inert()
         return True
 
     def _install_module_hooks(self) -> None:
@@ -692,6 +696,34 @@ def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:
         if not any(q is p for q in entry[1]):
             entry[1].append(p)
     return [("+".join(n), ps, b) for n, ps, b in by_storage.values()]
+
+
+# The pairs of stopped monitors left on a thread's stack (a pair was over them, or the stop
+# came from another thread), by (thread, pack): inert pass-throughs until they come to the
+# top of that thread's stack, where the next push or pop of a monitor on that thread takes
+# them off. Left there, a later monitor would chain one, and count nothing of what it holds.
+_inert: dict[tuple[int, int], tuple[Any, Any]] = {}
+_inert_lock = threading.Lock()
+
+
+def _left_inert(thread: int, pack: Any, unpack: Any) -> None:
+    with _inert_lock:
+        _inert[(thread, id(pack))] = (pack, unpack)
+
+
+def _pop_inert() -> None:
+    """Pop the stopped monitors' pairs on top of this thread's stack."""
+    thread = threading.get_ident()
+    while True:
+        top = _top_hooks()
+        if top is None:
+            return
+        with _inert_lock:
+            pair = _inert.get((thread, id(top[0])))
+            if pair is None or pair[0] is not top[0] or pair[1] is not top[1]:
+                return
+            del _inert[(thread, id(top[0]))]
+        _autograd._pop_saved_tensors_default_hooks()
 
 
 def _top_hooks() -> tuple[Any, Any] | None:
