@@ -16,7 +16,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import memlab_rs
-from memlab_rs import _core
+from memlab_rs import _core, _module_hooks
 from memlab_rs._categories import CATEGORIES
 
 FIXTURES = Path(__file__).parent / "fixtures" / "monitor"
@@ -185,6 +185,7 @@ def test_stop_removes_everything():
     mon.stop()
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert not _module_hooks.installed()  # torch.nn.Module.__getstate__ is torch's again
     assert _core._cpu_mode() == before
     with pytest.raises(RuntimeError, match="stopped"):
         mon.record_stats()

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _backward_calls, _core, _torch, results
+from . import _backward_calls, _core, _module_hooks, _torch, results
 from ._categories import CATEGORIES
 from .monitor_result import MonitorResult
 
@@ -187,7 +187,10 @@ class MemoryMonitor:
         if verbose:
             self._install_module_hooks()
         if not self._every:
-            handle = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+            # A hook of ours: left out of the model's state (deepcopy, pickle, torch.save).
+            handle = _module_hooks.register_forward_pre_hook(
+                model, self._on_forward, with_kwargs=True
+            )
             self._handles.append(handle)
         _backward_calls.add(self)
         self._refresh_model_tensors()
@@ -344,8 +347,9 @@ class MemoryMonitor:
                 if stack:
                     stack.pop()
 
-            self._handles.append(module.register_forward_pre_hook(pre))
-            self._handles.append(module.register_forward_hook(post, always_call=True))
+            add = _module_hooks.register_forward_pre_hook(module, pre)
+            end = _module_hooks.register_forward_hook(module, post, always_call=True)
+            self._handles += [add, end]
 
     def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook (``feature_maps="auto"``): note the call's key, and
