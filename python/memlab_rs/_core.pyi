@@ -145,11 +145,13 @@ def render_tracker_block(
 def _tracker_html(
     rows: Sequence[dict[str, Any]],
     place: str,
+    tensor_storage_bytes: int,
     tensor_bytes: int,
     allocated_bytes: int,
     incomplete: str | None = ...,
 ) -> str:
-    """One track() as an HTML table: every row, the place, the totals, the note."""
+    """One track() as an HTML table: every row (storage and allocator bytes), the place, the
+    totals, the note."""
 
 @final
 class ReportTable:
