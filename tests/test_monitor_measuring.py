@@ -64,7 +64,6 @@ NUMBERS = [
     "current_cached",
     "weight_usage",
     "weight_gradient_usage",
-    "intermediate_gradients",
     "optimizer_state_usage",
     "peak_allocated",
     "peak_window",
@@ -76,10 +75,13 @@ def assert_same_step(auto: dict, every: dict) -> None:
     assert {k: auto[k] for k in NUMBERS} == {k: every[k] for k in NUMBERS}
     if auto["feature_maps_from"] is not None:
         assert auto["feature_maps"] == every["feature_maps"]
+        # Measured with the feature maps (hooks on the graph's nodes), or reused with them.
+        assert auto["intermediate_gradients"] == every["intermediate_gradients"]
         assert [auto[c] for c in CATEGORIES] == [every[c] for c in CATEGORIES]
     else:
         # Unmeasured: the saved tensors are counted in 'other'; the rest is exact.
         assert auto["feature_maps"] is None
+        assert auto["intermediate_gradients"] is None
         assert "not measured" in auto["notice"]
         assert auto["activation"] == 0
         assert auto["other"] == every["other"] + every["activation"]
@@ -145,6 +147,7 @@ def test_a_change_the_inputs_do_not_show_is_unmeasured_then_measured():
     block = mon.text(5)
     assert "\nTotal feature map usage" + "." * 14 + "n/a\n" in block
     assert "Feature maps were not measured this iteration" in block
+    assert block.endswith("\nIntermediate gradients...............n/a\nNote: " + rows[4]["notice"])
     assert "n/a" not in mon.text(6)
 
 

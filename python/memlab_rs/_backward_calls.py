@@ -16,15 +16,21 @@ installed while any listener is registered; when the last one leaves, the origin
 back, unless something else wrapped them since, in which case ours stay, passing through.
 Listeners are held weakly: a monitor dropped without ``stop()`` is not kept alive by this.
 
+Each listener hears the backward's roots: the autograd node of each tensor it starts from
+(None for a tensor without one), where a listener can put hooks for that backward.
+
 >>> import torch
 >>> from memlab_rs import _backward_calls
 >>> class Printer:
-...     def backward_start(self): print("start"); return True
-...     def backward_end(self): print("end")
+...     def backward_start(self, roots):
+...         print("start", [type(r).__name__ for r in roots])
+...         return True
+...     def backward_end(self):
+...         print("end")
 >>> p = Printer()
 >>> _backward_calls.add(p)
 >>> torch.ones(2, requires_grad=True).sum().backward()
-start
+start ['SumBackward0']
 end
 >>> _backward_calls.remove(p)
 """
@@ -40,9 +46,10 @@ import torch
 
 
 class Listener(Protocol):
-    def backward_start(self) -> bool:
-        """A backward pass starts; True if this listener treats it as a boundary (then
-        ``backward_end`` is called when it returns)."""
+    def backward_start(self, roots: list[Any]) -> bool:
+        """A backward pass starts from ``roots`` (autograd nodes, None for a tensor without
+        one); True if this listener treats it as a boundary (then ``backward_end`` is called
+        when it returns)."""
 
     def backward_end(self) -> None:
         """The backward pass that ``backward_start`` accepted has returned."""
@@ -59,7 +66,8 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with _lock:
             listeners = [listener() for listener in _listeners]
-        started = [x for x in listeners if x is not None and x.backward_start()]
+        roots = _roots(args[0] if args else kwargs.get(_FIRST[name]))
+        started = [x for x in listeners if x is not None and x.backward_start(roots)]
         try:
             return original(*args, **kwargs)
         finally:
@@ -68,6 +76,19 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__memlab_rs_wrapper__ = name  # type: ignore[attr-defined]
     return wrapper
+
+
+# The parameter a backward starts from: torch.autograd.backward's and grad's first.
+_FIRST = {"backward": "tensors", "grad": "outputs"}
+
+
+def _roots(start: Any) -> list[Any]:
+    """The autograd node of each tensor (or ``GradientEdge``) a backward starts from."""
+    items = start if isinstance(start, (list, tuple)) else [start]
+    return [
+        item.grad_fn if isinstance(item, torch.Tensor) else getattr(item, "node", None)
+        for item in items
+    ]
 
 
 def add(listener: Listener) -> None:

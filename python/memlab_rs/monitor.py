@@ -33,6 +33,10 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   measured iteration's turns the hooks on at once; any other difference leaves that
   iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
   ``feature_maps="every"`` keeps the hooks on throughout.
+- Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
+  on every node of its graph (``_core.GradientLog``, ``src/monitor/gradients.rs``) and its
+  end takes them off: a node's hook logs the gradients it received and returned, weakly,
+  and samples which are alive; those that go to a leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
   (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
@@ -170,6 +174,13 @@ class MemoryMonitor:
         self._peak_reserved = 0
         self._backwards = 0
         self._grads: list[int] = []  # per row, at the last backward end
+        # Intermediate gradients: the watch of the backward running (measured iterations
+        # only), the most seen in this iteration's backwards, and the figure recorded.
+        self._grad_log: Any = None
+        self._grad_handles: list[Any] = []
+        self._intermediate = 0
+        self._intermediate_incomplete = False
+        self._intermediate_figure: int | None = None
         self._source: Any = _core.MonitorSource(self._device)
         # The record every rendering reads (text, CSV, plots): it shares ``records`` and
         # ``_details``, so ``result()`` is a copy of it, and a loaded result renders alike.
@@ -242,6 +253,9 @@ class MemoryMonitor:
                 # Left on: inert (it only chains) until it surfaces, and is popped then.
                 _left_inert(self._pushed_on, self._pack, self._unpack)
             _backward_calls.remove(self)
+            for handle in self._grad_handles:
+                handle.remove()
+            self._grad_log, self._grad_handles = None, []
             for handle in self._handles:
                 handle.remove()
             self._handles = []
@@ -371,11 +385,16 @@ class MemoryMonitor:
                 self._start_measuring()
                 self._measured = n == 1 and self._windows == []
 
-    def backward_start(self) -> bool:
-        """A backward pass starts (``_backward_calls``): a boundary, unless one runs."""
+    def backward_start(self, roots: list[Any]) -> bool:
+        """A backward pass starts from ``roots`` (``_backward_calls``): a boundary, unless
+        one runs. In a measured iteration its gradients are watched (``_core.GradientLog``)."""
         with self._lock:
-            if self._stopped or self._phase == "backward":
-                return False  # nested (reentrant checkpointing) or another thread's
+            if self._stopped:
+                return False
+            if self._phase == "backward":  # nested (reentrant checkpointing) or another
+                if self._grad_log is not None:  # thread's: its gradients count too
+                    self._grad_handles += self._grad_log.watch(roots)
+                return False
             allocated, peak, _reserved, peak_reserved, counts = self._source.read()
             end = self._boundary(allocated)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
@@ -387,6 +406,9 @@ class MemoryMonitor:
             self._start = end
             self._phase = "backward"
             self._backwards += 1
+            if self._pushed_on is not None:  # measured: hooks on the graph's nodes
+                self._grad_log = _core.GradientLog(self._device_index)
+                self._grad_handles = self._grad_log.watch(roots)
             return True
 
     def backward_end(self) -> None:
@@ -402,6 +424,17 @@ class MemoryMonitor:
             self._grads = self._row_grads
             self._start = end
             self._phase = "after"
+            self._end_gradient_watch()
+
+    def _end_gradient_watch(self) -> None:
+        """Take our hooks off the backward's nodes; keep its intermediate gradients."""
+        log, handles = self._grad_log, self._grad_handles
+        self._grad_log, self._grad_handles = None, []
+        for handle in handles:
+            handle.remove()
+        if log is not None:
+            self._intermediate = max(self._intermediate, log.peak())
+            self._intermediate_incomplete |= log.incomplete
 
     # ----- which iterations are measured ------------------------------------------------
 
@@ -415,8 +448,9 @@ class MemoryMonitor:
         return (windows, counts, tuple(self._keys))
 
     def _settle_activations(self) -> int | None:
-        """At a record: the step whose saved-tensor figures this iteration shows (its own
-        when measured), or None when they are unknown; and whether to measure the next."""
+        """At a record: the step whose measured figures (saved tensors, intermediate
+        gradients) this iteration shows (its own when measured), or None when they are
+        unknown; and whether to measure the next."""
         signature = self._signature()
         step = len(self.records) + 1
         if self._measured:
@@ -431,7 +465,10 @@ class MemoryMonitor:
                 self._modules,
                 step,
                 self._chained_now,
+                self._intermediate,
+                self._intermediate_incomplete,
             )
+            self._intermediate_figure = self._intermediate
             if stable and not self._every:
                 self._pop_hooks()  # left on (another thread, a pair over ours): measures on
             return step
@@ -442,8 +479,11 @@ class MemoryMonitor:
             self._feature_maps = cal.feature_maps
             self._modules = list(cal.modules)
             self._chained_now = cal.chained
+            self._intermediate_figure = cal.intermediate
+            self._intermediate_incomplete = cal.intermediate_incomplete
             return cal.step
         self._feature_maps = None
+        self._intermediate_figure = None
         self._modules = []
         for _kind, start, end, _peak in self._windows:
             start[5] = end[5] = 0
@@ -570,11 +610,13 @@ class MemoryMonitor:
         self._peak_reserved = 0
         self._backwards = 0
         self._grads = self._no_grads
+        self._intermediate = 0
+        self._intermediate_incomplete = False
 
     def _finish(self, end: list[int], reserved: int, measured_at: int | None) -> None:
         result = _core._monitor_iteration(self._windows)
         assert result is not None  # record_stats appended a window
-        best, cats, intermediate, inexact = result
+        best, cats, inexact = result
         kind, _start, _end, peak = self._windows[best]
         notice = self._source.notice()
         if inexact:
@@ -589,9 +631,14 @@ class MemoryMonitor:
             )
         if measured_at is None:
             notice = (notice + " " if notice else "") + (
-                "Feature maps were not measured this iteration: its allocations differed "
-                "from those of the last measured one (activations are counted in 'other'). "
-                "The next iteration is measured."
+                "Feature maps were not measured this iteration, nor intermediate gradients: "
+                "its allocations differed from those of the last measured one (activations "
+                "are counted in 'other'). The next iteration is measured."
+            )
+        elif self._intermediate_incomplete:
+            notice = (notice + " " if notice else "") + (
+                "Some gradients had no storage to read (sparse, nested or subclass tensors): "
+                "intermediate gradients leave them out."
             )
         record: dict[str, Any] = {
             "step": len(self.records) + 1,
@@ -603,7 +650,7 @@ class MemoryMonitor:
             "feature_maps_from": measured_at,
             "weight_usage": sum(self._row_bytes),
             "weight_gradient_usage": sum(self._grads),
-            "intermediate_gradients": intermediate,
+            "intermediate_gradients": self._intermediate_figure,
             "optimizer_state_usage": end[4] if self._optimizer is not None else None,
             "peak_allocated": peak,
             "peak_window": kind,
@@ -644,6 +691,8 @@ class _Calibration(NamedTuple):
     modules: list[tuple[str, int]]
     step: int
     chained: bool
+    intermediate: int  # intermediate gradients
+    intermediate_incomplete: bool
 
 
 _SCALARS = (int, float, bool, str, type(None))

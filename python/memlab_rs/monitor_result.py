@@ -42,7 +42,7 @@ _ROW_FIELDS: dict[str, Any] = {
     "feature_maps_from": (int, None),
     "weight_usage": int,
     "weight_gradient_usage": int,
-    "intermediate_gradients": int,
+    "intermediate_gradients": (int, None),
     "optimizer_state_usage": (int, None),
     "peak_allocated": int,
     "peak_window": str,
@@ -299,7 +299,9 @@ def _strings(values: list[Any], key: str, where: str) -> list[str]:
     return list(values)
 
 
-def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:
+def _figures(
+    r: dict[str, Any],
+) -> tuple[int, int, int, int, int | None, int | None, int | None]:
     return (
         r["iteration"],
         r["epoch"],
