@@ -44,8 +44,6 @@ struct Log {
     /// Each logged gradient tensor (weakly) and its slot.
     entries: Vec<(Py<PyWeakrefReference>, usize)>,
     slots: Vec<Slot>,
-    /// Storage address -> slot, for slots with a logged tensor alive at the last look.
-    live: HashMap<i64, usize>,
     /// The slots alive at each node's end.
     samples: Vec<Vec<usize>>,
     incomplete: bool,
@@ -63,52 +61,35 @@ struct Seen {
 #[pyclass(module = "memlab_rs._core", frozen, weakref)]
 pub struct GradientLog {
     device: i64,
-    /// Locked only around pure Rust work, never while Python runs: a hook may run on
-    /// autograd's device threads, and a collection may run finalizers at any call.
+    /// Locked only while no Python code can run (a hook may run on autograd's device
+    /// threads, and a collection may run finalizers at any call into Python).
     log: Mutex<Log>,
 }
 
 impl GradientLog {
     /// Log `seen` (received and returned at one node's end), then sample what is alive.
     fn node_end(&self, py: Python<'_>, seen: Vec<Seen>) {
-        // Which logged tensors are alive, read before locking (upgrading runs no Python
-        // code, but dropping what it returns may).
-        let entries: Vec<(Py<PyWeakrefReference>, usize)> = {
-            let log = self.lock();
-            log.entries
-                .iter()
-                .map(|(w, slot)| (w.clone_ref(py), *slot))
-                .collect()
-        };
-        let alive: Vec<bool> = entries
-            .iter()
-            .map(|(w, _)| w.bind(py).upgrade().is_some())
-            .collect();
         let mut dropped = Vec::new();
         {
             let mut log = self.lock();
-            // Keep the entries still alive (entries added meanwhile by another thread stay).
-            let n = entries.len().min(log.entries.len());
-            let old: Vec<_> = log.entries.drain(..n).collect();
-            let mut kept = Vec::with_capacity(old.len());
-            for ((weak, slot), alive) in old.into_iter().zip(&alive) {
-                if *alive {
-                    kept.push((weak, slot));
+            // Keep the logged tensors still alive. Upgrading runs no Python code, and the
+            // reference it lends is given back at once, to an object something else holds.
+            for (weak, slot) in std::mem::take(&mut log.entries) {
+                if weak.bind(py).upgrade().is_some() {
+                    log.entries.push((weak, slot));
                 } else {
                     dropped.push(weak);
                 }
             }
-            kept.append(&mut log.entries);
-            log.entries = kept;
-            let live: HashMap<i64, usize> = log
+            // Storage address -> slot, for the slots with a logged tensor alive.
+            let mut live: HashMap<i64, usize> = log
                 .entries
                 .iter()
                 .map(|(_, slot)| (log.slots[*slot].ptr, *slot))
                 .collect();
-            log.live = live;
-            let mut sample: HashSet<usize> = log.live.values().copied().collect();
+            let mut sample: HashSet<usize> = live.values().copied().collect();
             for s in seen {
-                let slot = match log.live.get(&s.ptr) {
+                let slot = match live.get(&s.ptr) {
                     Some(&slot) => slot,
                     None => {
                         log.slots.push(Slot {
@@ -117,7 +98,7 @@ impl GradientLog {
                             leaf: false,
                         });
                         let slot = log.slots.len() - 1;
-                        log.live.insert(s.ptr, slot);
+                        live.insert(s.ptr, slot);
                         slot
                     }
                 };
@@ -127,8 +108,8 @@ impl GradientLog {
             }
             log.samples.push(sample.into_iter().collect());
         }
+        // Dead weak references go outside the lock.
         drop(dropped);
-        drop(entries);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
