@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
 import pickle
 import shutil
@@ -394,6 +395,17 @@ def test_module_getstate_is_ours_only_while_a_hook_of_ours_is_on():
     first.stop()
     assert _module_hooks.installed()  # the second monitor's hook is still on
     second.stop()
+    assert nn.Module.__getstate__ is original
+
+
+def test_a_monitor_dropped_without_stop_gives_getstate_back_once_collected():
+    original = nn.Module.__getstate__
+    model, _ = make()
+    memlab_rs.memory_profiler(model, file=io.StringIO())  # never stopped
+    torch._C._autograd._pop_saved_tensors_default_hooks()  # its pair, as stop() would
+    assert nn.Module.__getstate__ is not original
+    del model  # the model and the monitor its hook holds: a cycle, collected together
+    gc.collect()
     assert nn.Module.__getstate__ is original
 
 

@@ -11,9 +11,10 @@ under ``weights_only=True``), and would make a copy of the model call the monito
 So our hooks are ``Hook`` objects, and while any is registered ``torch.nn.Module.__getstate__``
 is wrapped: the state it returns has copies of the hook dicts without our hooks (the module
 keeps its own). The wrapper is installed with the first hook and put back when the last one
-is removed, unless something wrapped ``__getstate__`` since (then ours stays, passing
-through). ``copy.copy``, ``copy.deepcopy``, ``pickle`` and ``torch.save`` all take a module's
-state through ``__getstate__``; a subclass that overrides it without calling
+is removed (or collected with its module, a tool dropped without being stopped), unless
+something wrapped ``__getstate__`` since (then ours stays, passing through).
+``copy.copy``, ``copy.deepcopy``, ``pickle`` and ``torch.save`` all take a module's state
+through ``__getstate__``; a subclass that overrides it without calling
 ``super().__getstate__()`` is not covered, and pickling our hook then says what to do.
 
 Why not torch's global module hooks, which leave the modules untouched: while one exists,
@@ -37,12 +38,15 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable
 
 import torch
 
-_lock = threading.Lock()
-_registered = 0  # hooks of ours registered and not removed
+# Reentrant: a hook collected during a collection that our own code set off releases too.
+_lock = threading.RLock()
+# Weak references to the hooks of ours registered and not removed.
+_live: set[weakref.ref[Hook]] = set()
 _original: Callable[[torch.nn.Module], Any] | None = None
 _wrapper: Callable[[torch.nn.Module], Any] | None = None
 
@@ -51,7 +55,7 @@ class Hook:
     """A hook of ours on a user's module: calls ``fn`` and is left out of the module's
     state."""
 
-    __slots__ = ("_fn",)
+    __slots__ = ("_fn", "__weakref__")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
@@ -70,31 +74,32 @@ class Hook:
 class Handle:
     """What ``register_*`` return: ``remove()`` takes the hook off (once)."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, hook: weakref.ref[Hook]) -> None:
         self._handle: Any = handle
+        self._hook = hook
 
     def remove(self) -> None:
         if self._handle is None:
             return
         self._handle.remove()
         self._handle = None
-        _release()
+        _release(self._hook)
 
 
 def register_forward_pre_hook(
     module: torch.nn.Module, fn: Callable[..., Any], **options: Any
 ) -> Handle:
     """``module.register_forward_pre_hook(fn, **options)``, as a hook of ours."""
-    _acquire()
-    return Handle(module.register_forward_pre_hook(Hook(fn), **options))
+    hook = Hook(fn)
+    return Handle(module.register_forward_pre_hook(hook, **options), _acquire(hook))
 
 
 def register_forward_hook(
     module: torch.nn.Module, fn: Callable[..., Any], **options: Any
 ) -> Handle:
     """``module.register_forward_hook(fn, **options)``, as a hook of ours."""
-    _acquire()
-    return Handle(module.register_forward_hook(Hook(fn), **options))
+    hook = Hook(fn)
+    return Handle(module.register_forward_hook(hook, **options), _acquire(hook))
 
 
 def without_our_hooks(state: dict[str, Any]) -> dict[str, Any]:
@@ -131,23 +136,26 @@ def _getstate(original: Callable[[torch.nn.Module], Any]) -> Callable[[torch.nn.
     return __getstate__
 
 
-def _acquire() -> None:
-    global _registered, _original, _wrapper
+def _acquire(hook: Hook) -> weakref.ref[Hook]:
+    """Count ``hook`` as registered (until removed or collected); wrap ``__getstate__``."""
+    global _original, _wrapper
     with _lock:
-        _registered += 1
+        ref = weakref.ref(hook, _release)
+        _live.add(ref)
         current = torch.nn.Module.__getstate__
-        if current is _wrapper:
-            return
-        _original = current
-        _wrapper = _getstate(current)
-        torch.nn.Module.__getstate__ = _wrapper  # type: ignore[method-assign]
+        if current is not _wrapper:
+            _original = current
+            _wrapper = _getstate(current)
+            torch.nn.Module.__getstate__ = _wrapper  # type: ignore[method-assign]
+        return ref
 
 
-def _release() -> None:
-    global _registered, _original, _wrapper
+def _release(hook: weakref.ref[Hook]) -> None:
+    """``hook`` is removed (or was collected); the last one out puts torch's back."""
+    global _original, _wrapper
     with _lock:
-        _registered -= 1
-        if _registered or _wrapper is None:
+        _live.discard(hook)
+        if _live or _wrapper is None:
             return
         if torch.nn.Module.__getstate__ is _wrapper and _original is not None:
             torch.nn.Module.__getstate__ = _original  # type: ignore[method-assign]
