@@ -195,6 +195,36 @@ def test_backward_through_autograd_grad_is_a_boundary():
     assert sum(g.numel() for g in grads) * 4 == r["weight_usage"]
 
 
+def test_a_backward_torch_compile_traces_is_no_boundary():
+    # AOTAutograd traces the backward through torch.autograd.grad on functional tensors
+    # while it compiles the first forward: nothing is allocated, no boundary, no gradients.
+    model = Net()
+    compiled = torch.compile(model, backend="aot_eager")
+    try:
+        with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+            for _ in range(2):
+                compiled(torch.randn(8, 1000)).sum().backward()
+                mon.record_stats()
+    finally:
+        torch._dynamo.reset()
+    assert [r["backward_passes"] for r in mon.rows()] == [1, 1]
+    assert [r["notice"] for r in mon.rows()] == [None, None]
+    # The compiled backward is one node: the loss's gradient in, nothing but leaves' out.
+    assert [r["intermediate_gradients"] for r in mon.rows()] == [4, 4]
+
+
+def test_the_estimates_fake_step_is_no_boundary():
+    model = Net()
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        for estimate in (False, True):
+            if estimate:  # its step runs backward on fake tensors: nothing real
+                memlab_rs.estimate(model, torch.randn(8, 1000), device="cpu")
+            model(torch.randn(8, 1000)).sum().backward()
+            mon.record_stats()
+    assert [r["backward_passes"] for r in mon.rows()] == [1, 1]
+    assert [r["intermediate_gradients"] for r in mon.rows()] == [4 + 2 * 8 * 500 * 4] * 2
+
+
 def test_the_backward_wrappers_are_removed_and_leave_others_in_place():
     original = torch.autograd.backward
     mon = memlab_rs.memory_profiler(Net(), file=io.StringIO())
