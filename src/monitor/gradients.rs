@@ -7,10 +7,9 @@
 //! graph from the backward's roots and puts a post-hook (`GradientNodeHook`) on every node
 //! but `AccumulateGrad` (a leaf's); the monitor removes the hooks when the backward
 //! returns. torch runs a node's post-hooks when the node has returned, while it still holds
-//! the gradients it received: the hook logs those and the gradients it returned (weakly,
-//! with their storages, and which go to an `AccumulateGrad`), then samples which logged
-//! storages are alive: those received and returned here, and every one still waiting for
-//! its node. At the end, a storage that went to a leaf is left out of every sample, for its
+//! the gradients it received: the hook logs the storages of those and of the gradients it
+//! returned (and which go to an `AccumulateGrad`), then samples which logged storages are
+//! alive: those received and returned here, and every one still waiting for its node. At the end, a storage that went to a leaf is left out of every sample, for its
 //! whole life (Linear's gradient of `weight.t()` is the weight's `.grad` once transposed
 //! back: a weight gradient from the start), and the figure is the largest sample.
 //!
@@ -20,40 +19,50 @@
 //! made while two gradients of one tensor are added (both and their sum alive for a moment)
 //! is not seen; the saved gradients and what they return are.
 //!
+//! Alive means the storage is: the log holds torch's weak reference to each storage
+//! (`UntypedStorage._weak_ref`, what `torch.multiprocessing`'s `StorageWeakRef` holds),
+//! which expires when the last tensor on it goes, whatever holds that tensor (the engine,
+//! a view made in a node, the user). A weak reference to a Python tensor would follow that
+//! object, not the memory.
+//!
 //! The hooks never raise into the user's backward: a gradient whose storage cannot be read
-//! (sparse, nested, a wrapper subclass) is skipped and the log says it is incomplete.
+//! (sparse, nested, a wrapper subclass) is skipped and the log says it is incomplete. The
+//! log's lock is held only while no Python runs (a collection may run finalizers at any
+//! call into Python, and a hook may run on autograd's device threads).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyWeakrefMethods, PyWeakrefReference};
+use pyo3::types::PyTuple;
 
-use super::saved::storage_of;
-
-/// One storage's life as a gradient: its address and bytes, and whether a leaf got it.
+/// One storage's life as a gradient: its bytes, whether a leaf got it, and torch's weak
+/// reference to it while it may be alive (None once it expired).
 struct Slot {
-    ptr: i64,
     nbytes: i64,
     leaf: bool,
+    weak: Option<usize>,
 }
 
 #[derive(Default)]
 struct Log {
-    /// Each logged gradient tensor (weakly) and its slot.
-    entries: Vec<(Py<PyWeakrefReference>, usize)>,
     slots: Vec<Slot>,
+    /// Slots whose storage was alive at the last look, by storage address.
+    live: HashMap<i64, usize>,
     /// The slots alive at each node's end.
     samples: Vec<Vec<usize>>,
     incomplete: bool,
+    closed: bool,
 }
 
-/// A gradient seen at a node's end: its storage, and whether it goes to a leaf.
+/// A gradient at a node's end: its storage's address and bytes, torch's weak reference to
+/// the storage (None when the log already watches a storage at that address), and whether
+/// it goes to a leaf.
 struct Seen {
-    tensor: Py<PyWeakrefReference>,
     ptr: i64,
     nbytes: i64,
+    weak: Option<usize>,
     leaf: bool,
 }
 
@@ -61,83 +70,161 @@ struct Seen {
 #[pyclass(module = "memlab_rs._core", frozen, weakref)]
 pub struct GradientLog {
     device: i64,
-    /// Locked only while no Python code can run (a hook may run on autograd's device
-    /// threads, and a collection may run finalizers at any call into Python).
+    /// `torch.UntypedStorage._expired` and `_free_weak_ref`.
+    expired: Py<PyAny>,
+    free: Py<PyAny>,
     log: Mutex<Log>,
 }
 
 impl GradientLog {
-    /// Log `seen` (received and returned at one node's end), then sample what is alive.
-    fn node_end(&self, py: Python<'_>, seen: Vec<Seen>) {
-        let mut dropped = Vec::new();
-        {
-            let mut log = self.lock();
-            // Keep the logged tensors still alive. Upgrading runs no Python code, and the
-            // reference it lends is given back at once, to an object something else holds.
-            for (weak, slot) in std::mem::take(&mut log.entries) {
-                if weak.bind(py).upgrade().is_some() {
-                    log.entries.push((weak, slot));
-                } else {
-                    dropped.push(weak);
-                }
-            }
-            // Storage address -> slot, for the slots with a logged tensor alive.
-            let mut live: HashMap<i64, usize> = log
-                .entries
-                .iter()
-                .map(|(_, slot)| (log.slots[*slot].ptr, *slot))
-                .collect();
-            let mut sample: HashSet<usize> = live.values().copied().collect();
-            for s in seen {
-                let slot = match live.get(&s.ptr) {
-                    Some(&slot) => slot,
-                    None => {
-                        log.slots.push(Slot {
-                            ptr: s.ptr,
-                            nbytes: s.nbytes,
-                            leaf: false,
-                        });
-                        let slot = log.slots.len() - 1;
-                        live.insert(s.ptr, slot);
-                        slot
-                    }
-                };
-                log.slots[slot].leaf |= s.leaf;
-                sample.insert(slot);
-                log.entries.push((s.tensor, slot));
-            }
-            log.samples.push(sample.into_iter().collect());
-        }
-        // Dead weak references go outside the lock.
-        drop(dropped);
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A gradient at a node's end, or None (no tensor, another device, no storage).
-    fn seen(&self, py: Python<'_>, t: &Bound<'_, PyAny>, leaf: bool) -> Option<Seen> {
+    /// Give torch's weak references back (outside the lock).
+    fn free_all(&self, py: Python<'_>, weak: Vec<usize>) {
+        let free = self.free.bind(py);
+        for w in weak {
+            let _ = free.call1((w,));
+        }
+    }
+
+    /// A gradient at a node's end, or None (no tensor, another device, no storage; with
+    /// `unreadable` set when it is a tensor whose storage cannot be read).
+    fn seen(
+        &self,
+        py: Python<'_>,
+        t: &Bound<'_, PyAny>,
+        leaf: bool,
+        watched: &HashSet<i64>,
+        unreadable: &mut bool,
+    ) -> Option<Seen> {
         if t.is_none() {
             return None;
         }
-        let (ptr, nbytes) = storage_of(py, t, self.device)?;
-        let tensor = PyWeakrefReference::new(t).ok()?.unbind();
+        let device = t
+            .call_method0(intern!(py, "get_device"))
+            .and_then(|d| d.extract::<i64>());
+        let Ok(device) = device else {
+            *unreadable = true; // not a tensor torch can place
+            return None;
+        };
+        let storage = t.call_method0(intern!(py, "untyped_storage"));
+        let read =
+            |s: &Bound<'_, PyAny>, name| s.call_method0(name).and_then(|v| v.extract::<i64>()).ok();
+        let Some((storage, ptr, nbytes)) = storage.ok().and_then(|s| {
+            let ptr = read(&s, intern!(py, "data_ptr"))?;
+            let nbytes = read(&s, intern!(py, "nbytes"))?;
+            Some((s, ptr, nbytes))
+        }) else {
+            *unreadable = true; // sparse, nested, a wrapper subclass: no storage of its own
+            return None;
+        };
+        if device != self.device || ptr == 0 {
+            return None;
+        }
+        let weak = if watched.contains(&ptr) {
+            None
+        } else {
+            match storage
+                .call_method0(intern!(py, "_weak_ref"))
+                .and_then(|w| w.extract::<usize>())
+            {
+                Ok(w) => Some(w),
+                Err(_) => {
+                    *unreadable = true;
+                    return None;
+                }
+            }
+        };
         Some(Seen {
-            tensor,
             ptr,
             nbytes,
+            weak,
             leaf,
         })
     }
 
-    /// Whether `t` is a tensor that has no storage to read here (it is counted as not seen).
-    fn unreadable(py: Python<'_>, t: &Bound<'_, PyAny>) -> bool {
-        !t.is_none()
-            && t.call_method0(intern!(py, "get_device"))
-                .and_then(|d| d.extract::<i64>())
-                .is_ok()
-            && super::saved::storage(py, t).is_none()
+    /// One node's end: `received` and `returned` (with whether each goes to a leaf) are
+    /// logged, then what is alive is sampled.
+    fn node_end(
+        &self,
+        py: Python<'_>,
+        received: Vec<Bound<'_, PyAny>>,
+        returned: Vec<(Bound<'_, PyAny>, bool)>,
+    ) {
+        // Which watched storages expired (asked outside the lock).
+        let watched: Vec<(usize, i64, usize)> = {
+            let log = self.lock();
+            if log.closed {
+                return;
+            }
+            log.live
+                .iter()
+                .filter_map(|(&ptr, &slot)| log.slots[slot].weak.map(|w| (slot, ptr, w)))
+                .collect()
+        };
+        let expired = self.expired.bind(py);
+        let gone: Vec<bool> = watched
+            .iter()
+            .map(|&(_, _, w)| {
+                expired
+                    .call1((w,))
+                    .and_then(|e| e.is_truthy())
+                    .unwrap_or(true)
+            })
+            .collect();
+        let alive: HashSet<i64> = watched
+            .iter()
+            .zip(&gone)
+            .filter(|(_, gone)| !**gone)
+            .map(|(&(_, ptr, _), _)| ptr)
+            .collect();
+        let mut unreadable = false;
+        let mut seen = Vec::new();
+        for t in &received {
+            seen.extend(self.seen(py, t, false, &alive, &mut unreadable));
+        }
+        for (t, leaf) in &returned {
+            seen.extend(self.seen(py, t, *leaf, &alive, &mut unreadable));
+        }
+        let mut to_free = Vec::new();
+        {
+            let mut log = self.lock();
+            log.incomplete |= unreadable;
+            for (&(slot, ptr, _), gone) in watched.iter().zip(&gone) {
+                if *gone && log.live.get(&ptr) == Some(&slot) {
+                    log.live.remove(&ptr);
+                    to_free.extend(log.slots[slot].weak.take());
+                }
+            }
+            let mut sample: HashSet<usize> = log.live.values().copied().collect();
+            for s in seen {
+                let slot = match log.live.get(&s.ptr) {
+                    Some(&slot) => {
+                        to_free.extend(s.weak); // watched already
+                        slot
+                    }
+                    None => match s.weak {
+                        Some(weak) => {
+                            log.slots.push(Slot {
+                                nbytes: s.nbytes,
+                                leaf: false,
+                                weak: Some(weak),
+                            });
+                            let slot = log.slots.len() - 1;
+                            log.live.insert(s.ptr, slot);
+                            slot
+                        }
+                        None => continue, // it expired between the two looks: gone
+                    },
+                };
+                log.slots[slot].leaf |= s.leaf;
+                sample.insert(slot);
+            }
+            log.samples.push(sample.into_iter().collect());
+        }
+        self.free_all(py, to_free);
     }
 }
 
@@ -145,11 +232,14 @@ impl GradientLog {
 impl GradientLog {
     /// A log of the gradients on `device` (-1: the CPU, else the CUDA index).
     #[new]
-    fn new(device: i64) -> Self {
-        Self {
+    fn new(py: Python<'_>, device: i64) -> PyResult<Self> {
+        let storage = py.import("torch")?.getattr("UntypedStorage")?;
+        Ok(Self {
             device,
+            expired: storage.getattr("_expired")?.unbind(),
+            free: storage.getattr("_free_weak_ref")?.unbind(),
             log: Mutex::new(Log::default()),
-        }
+        })
     }
 
     /// Put a `GradientNodeHook` on every node reachable from `roots` (autograd nodes, None
@@ -158,10 +248,18 @@ impl GradientLog {
     fn watch(slf: &Bound<'_, Self>, roots: Vec<Bound<'_, PyAny>>) -> Vec<Py<PyAny>> {
         let py = slf.py();
         let mut handles = Vec::new();
+        // A node's Python object is torch's only while something holds it (torch makes a
+        // new one at the next look once it is gone, maybe at a freed one's address): every
+        // node seen is held until the walk ends, so one address is one node.
         let mut seen: HashSet<usize> = HashSet::new();
+        let mut held: Vec<Bound<'_, PyAny>> = Vec::new();
         let mut todo: Vec<Bound<'_, PyAny>> = roots.into_iter().filter(|r| !r.is_none()).collect();
         while let Some(node) = todo.pop() {
-            if !seen.insert(node.as_ptr() as usize) || is_leaf_node(&node) {
+            if !seen.insert(node.as_ptr() as usize) {
+                continue;
+            }
+            held.push(node.clone());
+            if is_leaf_node(&node) {
                 continue;
             }
             let Ok(next) = node.getattr(intern!(py, "next_functions")) else {
@@ -190,6 +288,7 @@ impl GradientLog {
                 Err(_) => slf.get().lock().incomplete = true,
             }
         }
+        drop(held);
         handles
     }
 
@@ -208,6 +307,18 @@ impl GradientLog {
             })
             .max()
             .unwrap_or(0)
+    }
+
+    /// Stop logging and give torch's weak references back (the hooks must be off by now;
+    /// a hook called later logs nothing).
+    fn close(&self, py: Python<'_>) {
+        let weak: Vec<usize> = {
+            let mut log = self.lock();
+            log.closed = true;
+            log.live.clear();
+            log.slots.iter_mut().filter_map(|s| s.weak.take()).collect()
+        };
+        self.free_all(py, weak);
     }
 
     /// Whether a gradient or a node could not be read (the figure may then be low).
@@ -248,26 +359,29 @@ impl GradientNodeHook {
         grad_outputs: &Bound<'_, PyAny>,
     ) {
         let log = self.log.get();
-        let mut seen = Vec::new();
-        let mut unreadable = false;
-        let received = grad_outputs.cast::<PyTuple>().ok();
-        let returned = grad_inputs.cast::<PyTuple>().ok();
-        for t in received.iter().flat_map(|tuple| tuple.iter()) {
-            match log.seen(py, &t, false) {
-                Some(s) => seen.push(s),
-                None => unreadable |= GradientLog::unreadable(py, &t),
-            }
-        }
-        for (i, t) in returned.iter().flat_map(|tuple| tuple.iter()).enumerate() {
-            let leaf = self.to_leaf.get(i).copied().unwrap_or(false);
-            match log.seen(py, &t, leaf) {
-                Some(s) => seen.push(s),
-                None => unreadable |= GradientLog::unreadable(py, &t),
-            }
-        }
-        if unreadable || received.is_none() || returned.is_none() {
+        let (Ok(returned), Ok(received)) = (
+            grad_inputs.cast::<PyTuple>(),
+            grad_outputs.cast::<PyTuple>(),
+        ) else {
             log.lock().incomplete = true;
+            return;
+        };
+        let returned = returned
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t, self.to_leaf.get(i).copied().unwrap_or(false)))
+            .collect();
+        log.node_end(py, received.iter().collect(), returned);
+    }
+}
+
+impl Drop for GradientLog {
+    /// Give back what `close` did not (a log dropped without it).
+    fn drop(&mut self) {
+        let log = self.log.get_mut().unwrap_or_else(|e| e.into_inner());
+        let weak: Vec<usize> = log.slots.iter_mut().filter_map(|s| s.weak.take()).collect();
+        if !weak.is_empty() {
+            Python::attach(|py| self.free_all(py, weak));
         }
-        log.node_end(py, seen);
     }
 }

@@ -64,7 +64,7 @@ pub fn storage(py: Python<'_>, t: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
 
 /// (storage address, bytes) of a tensor on device `device` (-1: CPU), None when it is
 /// elsewhere, has no memory, or has no storage of its own.
-pub fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64, i64)> {
+fn storage_of(py: Python<'_>, t: &Bound<'_, PyAny>, device: i64) -> Option<(i64, i64)> {
     let on = t
         .call_method0(intern!(py, "get_device"))
         .and_then(|d| d.extract::<i64>())
