@@ -444,6 +444,8 @@ class GradientLog:
         handles, for the caller to remove."""
     def peak(self) -> int:
         """The most bytes of gradients that never became a leaf's, alive at once."""
+    def close(self) -> None:
+        """Stop logging; give torch's weak references to the storages back."""
     @property
     def incomplete(self) -> bool: ...
     @property

@@ -255,6 +255,8 @@ class MemoryMonitor:
             _backward_calls.remove(self)
             for handle in self._grad_handles:
                 handle.remove()
+            if self._grad_log is not None:
+                self._grad_log.close()
             self._grad_log, self._grad_handles = None, []
             for handle in self._handles:
                 handle.remove()
@@ -435,6 +437,7 @@ class MemoryMonitor:
         if log is not None:
             self._intermediate = max(self._intermediate, log.peak())
             self._intermediate_incomplete |= log.incomplete
+            log.close()  # torch's weak references to the storages go back now
 
     # ----- which iterations are measured ------------------------------------------------
 
