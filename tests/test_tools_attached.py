@@ -47,7 +47,11 @@ class Net(nn.Module):
 # What torch.load(weights_only=True) needs to rebuild a whole Net: the user's classes only.
 USER_CLASSES = [Net, nn.Embedding, nn.Sequential, nn.Linear, nn.ReLU, nn.BatchNorm1d]
 
-IDS = torch.arange(24).remainder(16).reshape(6, 4)
+
+def ids() -> torch.Tensor:
+    """The model's input (made per call: a tensor alive at import would sit in the CPU
+    figures of every later test in the session)."""
+    return torch.arange(24).remainder(16).reshape(6, 4)
 
 
 def make() -> tuple[Net, torch.optim.Optimizer]:
@@ -57,7 +61,7 @@ def make() -> tuple[Net, torch.optim.Optimizer]:
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    model(IDS, scale=0.5).square().mean().backward()
+    model(ids(), scale=0.5).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad()
 
@@ -68,7 +72,7 @@ def evaluate(model: nn.Module) -> torch.Tensor:
     model.eval()
     try:
         with torch.no_grad():
-            return model(IDS, scale=0.5)
+            return model(ids(), scale=0.5)
     finally:
         model.train(training)
 
@@ -215,7 +219,7 @@ def estimate(model, optimizer, tmp_path) -> Iterator[Callable[[], None]]:
     train_step(model, optimizer)
 
     def works() -> None:
-        found = memlab_rs.estimate(model, (IDS,), device="cpu")
+        found = memlab_rs.estimate(model, (ids(),), device="cpu")
         assert found.parameters == sum(p.numel() * 4 for p in model.parameters())
 
     works()
@@ -314,9 +318,9 @@ def user_operations(model: Net, optimizer: torch.optim.Optimizer) -> None:
     try:
         model.eval()
         with torch.no_grad():
-            assert torch.equal(compiled(IDS, scale=0.5), expected)
+            assert torch.equal(compiled(ids(), scale=0.5), expected)
         model.train()
-        compiled(IDS, scale=0.5).square().mean().backward()  # trains through the compiled model
+        compiled(ids(), scale=0.5).square().mean().backward()  # trains through the compiled model
         optimizer.zero_grad()
     finally:
         model.train()
@@ -358,10 +362,10 @@ def test_a_copy_of_a_monitored_model_is_not_monitored():
         clone = copy.deepcopy(model)
         keys = list(monitor._keys)
         # The copy's forward is not the model's: the monitor notes no call and no module.
-        clone(IDS, scale=0.5)
+        clone(ids(), scale=0.5)
         assert monitor._keys == keys
         assert monitor._module_stack == []
-        model(IDS, scale=0.5)
+        model(ids(), scale=0.5)
         assert len(monitor._keys) == len(keys) + 1
 
 
@@ -380,7 +384,7 @@ def test_default_compile_backend_with_every_tool_attached(tmp_path):
             model.eval()
             try:
                 with torch.no_grad():
-                    torch.testing.assert_close(compiled(IDS, scale=0.5), expected)
+                    torch.testing.assert_close(compiled(ids(), scale=0.5), expected)
             finally:
                 model.train()
                 torch._dynamo.reset()
