@@ -24,6 +24,7 @@ import pytest
         "memlab_rs.monitor_result",
         "memlab_rs._trace_saved",
         "memlab_rs._backward_calls",
+        "memlab_rs._module_hooks",
         "memlab_rs.merge",
         "memlab_rs.results.diff",
         "memlab_rs.results.merge",
