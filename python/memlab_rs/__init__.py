@@ -70,6 +70,6 @@ __all__ = [
 
 def load_ipython_extension(ipython):
     """``%load_ext memlab_rs``: register the ``%mlrun``/``%%mlrun`` magics (needs IPython)."""
-    from .ipython import load_ipython_extension as load
+    from .integrations.ipython import load_ipython_extension as load
 
     load(ipython)

@@ -31,7 +31,7 @@ import pytest
         "memlab_rs._line_targets",
         "memlab_rs._runner",
         "memlab_rs._profiled_run",
-        "memlab_rs.pytest_plugin",
+        "memlab_rs.integrations.pytest_plugin",
         "memlab_rs.test_memory.result",
         "memlab_rs._args",
     ],

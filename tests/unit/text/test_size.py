@@ -217,7 +217,7 @@ def test_the_cli_the_markers_and_parse_size_read_a_size_alike(size):
 
     from memlab_rs import parse_size
     from memlab_rs.cli import _size_argument
-    from memlab_rs.pytest_plugin import parse_limit
+    from memlab_rs.integrations.pytest_plugin import parse_limit
 
     try:
         expected = parse_size(size)
