@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import importlib
 import io
 import pickle
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +26,9 @@ from torch import nn
 import memlab_rs
 from memlab_rs import _module_hooks, trace
 
-PROFILE_MODULE = sys.modules["memlab_rs.profile"]
+# the module (memlab_rs.profile is the function), imported here: the lazy front imports it
+# only when a name of it is first used
+PROFILE_MODULE = importlib.import_module("memlab_rs.profile")
 
 
 class Net(nn.Module):

@@ -115,6 +115,9 @@ struct Glue {
     forget: Py<PyAny>,
 }
 
+/// The Python module that hands the CPU source its torch glue when imported.
+const GLUE_MODULE: &str = "memlab_rs._cpu_source";
+
 static GLUE: OnceLock<Glue> = OnceLock::new();
 
 /// The slots we wrote and what they held.
@@ -281,10 +284,15 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
             return Ok(mode);
         }
     }
+    // The glue registers itself when its module is imported; `import memlab_rs` is lazy, so
+    // the first reader (a monitor, a report) may come before any module that imports it.
+    if GLUE.get().is_none() {
+        py.import(GLUE_MODULE)?;
+    }
     let glue = GLUE.get().ok_or_else(|| {
-        pyo3::exceptions::PyRuntimeError::new_err(
-            "memlab_rs._cpu_source was not imported: the CPU source has no torch glue",
-        )
+        pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "{GLUE_MODULE} was imported but gave the CPU source no torch glue"
+        ))
     })?;
     // An earlier session's Python side goes before anything counts: the fallback's live
     // table and both kinds of weak references (see "Sessions" above).
