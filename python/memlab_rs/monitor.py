@@ -35,8 +35,11 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   ``feature_maps="every"`` keeps the hooks on throughout.
 - Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
   on every node of its graph (``_core.GradientLog``, ``src/monitor/gradients.rs``) and its
-  end takes them off: a node's hook logs the gradients it received and returned, weakly,
-  and samples which are alive; those that go to a leaf's ``AccumulateGrad`` are left out.
+  end takes them off: a node's hook samples the gradients it received and returned and
+  those waiting in later nodes' input buffers (known from the graph's edges, each storage
+  by its base address; no storage object is made, which would stop torch summing
+  gradients in place and change what a measured iteration allocates); those that go to a
+  leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
   (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
