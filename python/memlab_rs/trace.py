@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
+from . import _args, _core, results
+from ._sources import cpu_source  # noqa: F401  (the CPU source's glue)
 from ._torch import device_key
 from ._trace_names import start_names
 from .results.atomic import atomic_open
@@ -773,7 +774,7 @@ class Tracer:
         self._cwd = _cwd()  # what short paths are relative to, wherever the result is read
         try:
             if self.cuda:
-                from . import _cuda_history
+                from ._sources import cuda_history as _cuda_history
 
                 _cuda_history.ensure_initialised()
                 self._names = start_names(self.model, self.device)
@@ -811,7 +812,7 @@ class Tracer:
             self._tagger.uninstall()
             self._tagger = None
         if self.cuda:
-            from . import _cuda_history
+            from ._sources import cuda_history as _cuda_history
 
             try:
                 snapshot = _cuda_history.snapshot()

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from memlab_rs import LineProfiler, _core, _cpu_source
+from memlab_rs import LineProfiler, _core
+from memlab_rs._sources import cpu_source as _cpu_source
 
 MiB = 1 << 20
 COLUMNS = (
