@@ -90,7 +90,7 @@ def test_a_users_history_setting_is_kept_and_their_history_too():
 
 
 def test_a_start_that_fails_turns_the_history_back_off():
-    from memlab_rs._trace_tags import ModuleTagger
+    from memlab_rs.trace.tags import ModuleTagger
 
     assert not history_on()
     with ModuleTagger():  # another tagger is installed: the tracer's cannot be

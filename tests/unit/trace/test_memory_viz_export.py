@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from torch.cuda import _memory_viz as mv
 
-from memlab_rs._memory_viz_export import export_memory_viz
+from memlab_rs.trace.memory_viz import export_memory_viz
 
 KiB, MiB = 1 << 10, 1 << 20
 SEG_A, SEG_B = 0x7F0000000000, 0x7F0000400000

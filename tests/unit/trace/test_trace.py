@@ -1,6 +1,7 @@
 """memlab_rs.trace: the analysis of allocation histories, on snapshots captured on an H100
 (tests/fixtures/trace/capture.py) and on generated histories checked against a model."""
 
+import json
 import os
 import pickle
 import random
@@ -365,7 +366,7 @@ def test_a_model_that_is_not_a_module_is_named_before_anything_starts(model):
 def test_a_start_that_fails_leaves_nothing_running():
     from torch.nn.modules import module
 
-    from memlab_rs._trace_tags import ModuleTagger
+    from memlab_rs.trace.tags import ModuleTagger
 
     def hooks():
         return dict(module._global_forward_pre_hooks), dict(module._global_forward_hooks)
@@ -547,3 +548,34 @@ def test_a_keyword_given_as_one_string_is_one_keyword():
         result.keywords({"first": [0]}, None)
     with pytest.raises(ValueError, match=r"groups\['first'\] has an empty keyword"):
         result.keywords({"first": ""}, None)
+
+
+def test_every_rendering_is_one_render_of_the_analysis(tmp_path):
+    """The trace renders through the result base's render(format, **view), from the analysis
+    Rust keeps: each of text, the module view, HTML, JSON, CSV and the untagged log is one
+    format of it, and a view option a format does not take is named."""
+    snapshot, facts = fixture("mlp_adam")
+    result = trace.load(as_recorded(snapshot, facts))
+    assert result.render() == result.text() == str(result)
+    assert result.text().startswith("Max mem: ")
+    assert result.render("text", by="module") == result.module_text()
+    assert result.module_text().splitlines()[1] == "Mem, Cumulative Mem, Median, Count, Module"
+    assert result.render("html") == result.html() == result._repr_html_()
+    assert result.render("json") == result.to_json()
+    assert json.loads(result.render("json"))["devices"][0]["max_mem"] == result.max_mem()
+    assert result.render("csv", device="cuda:0") == result.to_csv() == result.to_csv(device=0)
+    assert result.render("untagged_log") == result.untagged_log(device="cuda:0")
+    with pytest.raises(ValueError, match=r"format='png': a trace result renders as text, html"):
+        result.render("png")
+    with pytest.raises(ValueError, match="by must be 'location' or 'module', got 'line'"):
+        result.render("text", by="line")
+    with pytest.raises(TypeError, match="by must be 'location' or 'module', got 1"):
+        result.render("text", by=1)
+    with pytest.raises(ValueError, match='format="html" takes no by view option'):
+        result.render("html", by="module")
+    with pytest.raises(ValueError, match="unknown field `columns`"):
+        result.render("text", columns=["peak"])
+    # What it saves is the text Rust does not hold: the snapshot, each frame and stack once.
+    assert json.loads(result.data_json()) == result.to_data()
+    result.save(tmp_path / "t.json")
+    assert trace.load(tmp_path / "t.json").render("text", by="module") == result.module_text()

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlab_rs import _trace_plots
-from memlab_rs._core import _trace_timeline_html
+from memlab_rs.trace import plots as _trace_plots
+from memlab_rs.trace.timeline import timeline_html as _trace_timeline_html
 
 MiB = 1 << 20
 PEAK_RGB = (0xB0, 0x00, 0x20)

@@ -49,7 +49,7 @@ def test_fixtures_stream_to_the_same_report(tmp_path, name, protocol, recorded):
         snapshot = as_recorded(snapshot, facts)
     path = write(tmp_path / "s.pickle", snapshot, protocol)
     # The reader itself, not a fallback: it must accept these protocols.
-    _core.TraceAnalysis.from_pickle(str(path), [])
+    _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}')
     streamed = trace.load(path)
     assert streamed._snapshot is None  # the dict was never built
     same_report(streamed, trace.load(snapshot))
@@ -119,12 +119,12 @@ def test_protocols_0_and_1_fall_back_to_the_plain_data_unpickler(tmp_path):
     for protocol in (0, 1):
         path = write(tmp_path / f"p{protocol}.pickle", snapshot, protocol)
         with pytest.raises(NotImplementedError, match="protocols 0 and 1"):
-            _core.TraceAnalysis.from_pickle(str(path), [])
+            _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}')
         assert trace.load(path).text() == trace.load(snapshot).text()
     # A set (EMPTY_SET) somewhere: no snapshot holds one, and nothing reads it.
     odd = dict(snapshot, external_annotations={1, 2})
     path = write(tmp_path / "set.pickle", odd, 4)
-    for load in (lambda: _core.TraceAnalysis.from_pickle(str(path), []),
+    for load in (lambda: _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}'),
                  lambda: trace.load(path)):
         with pytest.raises(ValueError, match=r"opcode EMPTY_SET \(0x8f\), a set"):
             load()
