@@ -4,7 +4,6 @@
 import json
 import os
 import pickle
-import random
 import re
 
 import paths
@@ -12,6 +11,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from trace_snapshots import as_recorded, fixture, generated
 
 from memlab_rs import _core, trace
 
@@ -19,29 +19,11 @@ FIXTURES = paths.FIXTURES / "trace"
 ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
 
 
-def fixture(name):
-    with open(FIXTURES / f"{name}.pickle", "rb") as f:
-        data = pickle.load(f)
-    return data["snapshot"], data["facts"]
-
-
 def as_shown(path):
     """`path` as a trace recorded in this working directory shows it by default: relative
     to it when under it (as os.path.relpath says), else in full."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
-
-
-def as_recorded(snapshot, facts):
-    """The snapshot with the start layout our Tracer keeps (what it saves)."""
-    ours = dict(snapshot)
-    first = snapshot["device_traces"][0][0]["time_us"]
-    ours["memlab_rs"] = {
-        "version": 1,
-        "source": "cuda",
-        "start": {"time_us": first, "segments": facts["start_segments"]},
-    }
-    return ours
 
 
 @pytest.mark.parametrize("name", ["mlp_adam", "gpt2_tiny"])
@@ -175,90 +157,6 @@ def test_bad_input_is_named():
 
 
 # -- a model-based check of the replay on generated CPU histories ---------------------------
-def generated(seed, n=400):
-    """A CPU history of random allocations and frees, and what a plain model says of it."""
-    rng = random.Random(seed)
-    frames = [{"filename": f"/app/model{i}.py", "line": 10 + i, "name": f"f{i}"} for i in range(5)]
-    start_live = {
-        0x1000 * (i + 1): rng.choice([64, 4096, 1 << 20]) for i in range(rng.randint(0, 4))
-    }
-    live = dict(start_live)
-    where = {addr: "untraced" for addr in live}
-    entries, next_addr, t = [], 0x100000, 1_000_000
-    current = sum(live.values())
-    best, best_live = current, dict(live)
-    for _ in range(n):
-        t += rng.randint(1, 5)
-        if live and rng.random() < 0.45:
-            addr = rng.choice(sorted(live))
-            size = live.pop(addr)
-            for action in ("free_requested", "free_completed"):
-                entries.append(
-                    {
-                        "action": action,
-                        "addr": addr,
-                        "size": size,
-                        "stream": 0,
-                        "time_us": t,
-                        "frames": [],
-                        "user_metadata": "",
-                    }
-                )
-            current -= size
-        else:
-            size = rng.choice([12, 512, 4099, 65536, 1 << 20, 3 << 20])
-            frame = rng.choice(frames)
-            addr, next_addr = next_addr, next_addr + size + 64
-            live[addr] = size
-            where[addr] = f"{frame['filename']}:{frame['line']} ({frame['name']})"
-            entries.append(
-                {
-                    "action": "alloc",
-                    "addr": addr,
-                    "size": size,
-                    "stream": 0,
-                    "time_us": t,
-                    "frames": [frame],
-                    "user_metadata": "",
-                }
-            )
-            current += size
-            if current > best:
-                best, best_live = current, dict(live)
-    segments = [
-        {
-            "device": 0,
-            "address": a,
-            "total_size": s,
-            "stream": 0,
-            "segment_type": "cpu",
-            "blocks": [
-                {
-                    "address": a,
-                    "size": s,
-                    "requested_size": s,
-                    "state": "active_allocated",
-                    "frames": [],
-                }
-            ],
-        }
-        for a, s in sorted(live.items())
-    ]
-    snapshot = {
-        "segments": segments,
-        "device_traces": [entries],
-        "memlab_rs": {
-            "version": 1,
-            "source": "cpu",
-            "start": {"time_us": 1_000_000, "live": [[a, s] for a, s in start_live.items()]},
-        },
-    }
-    expected = {}
-    for addr, size in best_live.items():
-        expected.setdefault(where[addr], []).append(size)
-    return snapshot, best, expected
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_generated_histories_agree_with_a_plain_model(seed):
     snapshot, best, expected = generated(seed)
