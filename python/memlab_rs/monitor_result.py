@@ -171,7 +171,7 @@ class MonitorResult(results.SavedResult):
         ax.set_title(f"memory per iteration by category ({self._device})")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        from .trace.plots import save_figure
+        from .results.atomic import save_figure
 
         try:
             save_figure(fig, path)
@@ -233,7 +233,9 @@ class MonitorResult(results.SavedResult):
         )
 
 
-def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:
+def _figures(
+    r: dict[str, Any],
+) -> tuple[int, int, int, int, int | None, int | None, int | None]:
     return (
         r["iteration"],
         r["epoch"],

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
 from .. import _args
-from ..results.atomic import atomic_open
+from ..results.atomic import save_figure
 from .timeline import checked
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -339,17 +339,3 @@ def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
         lines.append(f"{rank:>4} {mib:>11.2f} {share:>7}  {name}")
     return "\n".join(lines)
 
-
-def save_figure(fig: Any, path: Any, dpi: Any = "figure") -> None:
-    """``fig.savefig(path)``, whole or not at all (``results.atomic``): the format is the
-    extension's, and a name without one gets matplotlib's default (``.png``), as savefig
-    names it."""
-    import matplotlib
-
-    name = os.fspath(path)
-    extension = os.path.splitext(name)[1][1:].lower()
-    if not extension:
-        extension = matplotlib.rcParams["savefig.format"]
-        name = f"{name}.{extension}"
-    with atomic_open(name, binary=True) as f:
-        fig.savefig(f, dpi=dpi, format=extension)
