@@ -41,10 +41,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<line_profiler::py::LineReportView>()?;
-    m.add_class::<trace::py::TraceAnalysis>()?;
-    m.add_function(wrap_pyfunction!(trace::py::check_snapshot_pickle, m)?)?;
     m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
-    m.add_function(wrap_pyfunction!(trace::py::_trace_timeline_html, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
@@ -102,5 +99,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     test_memory::py::register(m)?;
+    trace::py::register(m)?;
     Ok(())
 }

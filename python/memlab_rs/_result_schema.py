@@ -12,9 +12,12 @@ it is; the kind's ``from_data`` then only builds. The later redesign turns these
 serde-typed Rust structs; until then they are written as data, in one file, to move there.
 
 What is left to others: the syntax, nesting and numbers of the JSON text
-(``_core.check_result_json``, before parsing), a trace's snapshot (torch's schema, read and
-checked by the trace reader, ``src/trace/load.rs``), and what only the analysis can tell
-(a trace whose ``source`` disagrees with its snapshot).
+(``_core.check_result_json``, before parsing), and the kinds whose data Rust reads: their
+schema is their serde derive (``src/<room>/result.rs``), checked by the room's
+``_core.<room>.validate`` when the result is built. A trace's fields are checked so
+(``_core.trace.validate``), its snapshot (torch's schema) by the trace reader that analyses
+it (``src/trace/py/load.rs``), and what only the analysis can tell (a ``source`` that
+disagrees with the snapshot) by ``TraceResult.from_data``.
 
 >>> check("tracker", {"rows": []}, {})
 Traceback (most recent call last):
@@ -31,7 +34,6 @@ from ._json_schema import (
     I64_MIN,
     RANK_MAX,
     U32_MAX,
-    AnyObject,
     Bool,
     Either,
     Float,
@@ -445,29 +447,6 @@ MONITOR = Obj(
     rules=(_monitor_details,),
 )
 
-# -- the trace -----------------------------------------------------------------------------------
-
-
-def _stacks_name_frames(data: dict[str, Any], where: str) -> None:
-    frames = len(data["frames"])
-    for s, indices in enumerate(data["stacks"]):
-        if indices and max(indices) >= frames:
-            raise ValueError(f"{where}: stack {s} must list frame indices (0 to {frames - 1})")
-
-
-TRACE = Obj(
-    "trace",
-    {
-        "source": OneOf("cuda", "cpu"),
-        "exclude": TEXTS,
-        "frames": List(AnyObject(), what="a list of frame objects"),
-        "stacks": List(List(Int(0, U32_MAX))),
-        "snapshot": AnyObject(),  # torch's schema: the trace reader checks it
-    },
-    optional={"paths": OneOf("short", "full")},  # files before paths= read as short
-    rules=(_stacks_name_frames,),
-)
-
 #: kind -> the schema of its ``data``.
 SCHEMAS: dict[str, Obj] = {
     "line_profile": LINE_PROFILE,
@@ -478,7 +457,6 @@ SCHEMAS: dict[str, Obj] = {
     "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
     "monitor": MONITOR,
-    "trace": TRACE,
 }
 
 

@@ -171,7 +171,7 @@ class MonitorResult(results.SavedResult):
         ax.set_title(f"memory per iteration by category ({self._device})")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        from ._trace_plots import save_figure
+        from .results.atomic import save_figure
 
         try:
             save_figure(fig, path)

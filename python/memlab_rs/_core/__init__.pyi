@@ -11,6 +11,7 @@ from typing import Any, SupportsIndex, final
 import numpy as np
 
 from . import test_memory as test_memory
+from . import trace as trace
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "SavedHeld",
     "SavedTensorHooks",
     "ThreadTracer",
-    "TraceAnalysis",
     "TrackerCore",
     "_CPU_PROBE_BYTES",
     "__version__",
@@ -76,16 +76,15 @@ __all__ = [
     "_set_cpu_glue",
     "_set_cpu_tracking",
     "_trace_new_thread",
-    "_trace_timeline_html",
     "_tracker_html",
     "check_result_json",
-    "check_snapshot_pickle",
     "collect_report",
     "driver_available",
     "driver_device_memory",
     "parse_size",
     "readable_size",
     "test_memory",
+    "trace",
     "render_tracker_block",
     "tracked_tensors",
 ]
@@ -218,44 +217,6 @@ class LineCollector:
     ) -> LineReportView: ...
 
 @final
-class TraceAnalysis:
-    def __init__(
-        self,
-        snapshot: dict[str, Any],
-        exclude: list[str],
-        full_paths: bool = False,
-        cwd: str | None = None,
-    ) -> None: ...
-    @staticmethod
-    def from_pickle(
-        path: str, exclude: list[str], full_paths: bool = False, cwd: str | None = None
-    ) -> TraceAnalysis: ...
-    @property
-    def source(self) -> str: ...
-    @property
-    def devices(self) -> list[int]: ...
-    def device_name(self, device: int) -> str: ...
-    def notices(self, device: int) -> list[str]: ...
-    def summary(self, device: int) -> dict[str, int]: ...
-    def rows(self, device: int) -> list[tuple[str, int, int, int, int]]: ...
-    def module_rows(self, device: int) -> list[tuple[str, int, int, int, int]]: ...
-    def keywords(
-        self,
-        device: int,
-        groups: list[tuple[str, list[str]]],
-        expected: int | None = None,
-        by_module: bool = True,
-    ) -> list[tuple[str, int]]: ...
-    def line_peak_live(self, device: int) -> dict[tuple[str, int], int]: ...
-    def text(self) -> str: ...
-    def module_text(self) -> str: ...
-    def json(self) -> str: ...
-    def html(self) -> str: ...
-    def tag_csv(self, device: int) -> str: ...
-    def untagged_log(self, device: int) -> str: ...
-    def timeline(self, device: int, top: int = 8, max_points: int = 2000) -> dict[str, Any]: ...
-
-@final
 class LineReportView:
     """A built line report: text, HTML and records."""
 
@@ -366,15 +327,6 @@ def check_result_json(text: bytes) -> None:
     """Check a result file's JSON text (UTF-8 bytes) before parsing it: a ValueError saying
     what no result holds (nesting past 64 levels, a number of more than 32 characters, NaN,
     Infinity, an infinite float) and at which byte."""
-
-# render/trace_timeline.rs
-def check_snapshot_pickle(path: str) -> tuple[int, int]:
-    """Check a pickle before anything reads it: plain data only, every table bounded by the
-    file's size. (protocol, values a full walk visits); ValueError says why not."""
-
-def _trace_timeline_html(view: dict[str, Any]) -> str:
-    """The timeline of a trace as one self-contained HTML page, from a dict with the keys
-    of ``report.timeline(device)``."""
 
 # estimate/ and render/estimate_*.rs
 def _estimate_replay(

@@ -76,7 +76,7 @@
 //!
 //! # The fallback
 //! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
-//! source of `memlab_rs._cpu_dispatch` feeds the same counters. It sees operator outputs on
+//! source of `memlab_rs._sources.cpu_dispatch` feeds the same counters. It sees operator outputs on
 //! the threads running profiled code only: it misses `out=`, `resize_`, deserialised
 //! tensors, other threads' allocations and temporaries inside operators, and every report
 //! made with it says so.
@@ -107,7 +107,7 @@ pub enum Mode {
 }
 
 /// The Python side: torch's CPU allocator library, a probe, the live storages, and the
-/// fallback's reset (registered by `memlab_rs._cpu_source`).
+/// fallback's reset (registered by `memlab_rs._sources.cpu_source`).
 struct Glue {
     library: Option<String>,
     probe: Py<PyAny>,
@@ -116,7 +116,7 @@ struct Glue {
 }
 
 /// The Python module that hands the CPU source its torch glue when imported.
-const GLUE_MODULE: &str = "memlab_rs._cpu_source";
+const GLUE_MODULE: &str = "memlab_rs._sources.cpu_source";
 
 static GLUE: OnceLock<Glue> = OnceLock::new();
 
@@ -263,7 +263,7 @@ fn ours(name: &str) -> usize {
     }
 }
 
-/// Register the Python side (once, by `memlab_rs._cpu_source`).
+/// Register the Python side (once, by `memlab_rs._sources.cpu_source`).
 pub fn set_glue(library: Option<String>, probe: Py<PyAny>, baseline: Py<PyAny>, forget: Py<PyAny>) {
     let _ = GLUE.set(Glue {
         library,

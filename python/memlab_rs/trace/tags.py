@@ -63,7 +63,7 @@ from torch.optim.optimizer import (
 )
 from torch.utils._pytree import tree_flatten
 
-from memlab_rs import _core
+from .. import _core
 
 Setter = Callable[[str], None]
 

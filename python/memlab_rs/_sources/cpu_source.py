@@ -11,7 +11,7 @@ module gives the core what only Python knows:
   (one gc walk at ``enable()``, never per call), each adopted by its address and size, with a
   weak reference that uncounts it when it dies if its memory never comes back through the
   hook (storages the CPU allocator did not make: numpy's, ``mmap``-loaded ones);
-- the dispatch-mode fallback (``_cpu_dispatch``), used where the hook is impossible.
+- the dispatch-mode fallback (``cpu_dispatch``), used where the hook is impossible.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from . import _core, _cpu_dispatch
+from .. import _core
+from . import cpu_dispatch
 
 # Weak references to the storages adopted by the latest baseline (replaced at each start:
 # dropping the old ones cancels their callbacks).
@@ -86,7 +87,7 @@ def forget() -> None:
     table, so that no callback of theirs reaches the new session's counters."""
     global _adopted
     _adopted = []
-    _cpu_dispatch.forget()
+    cpu_dispatch.forget()
 
 
 # Looked up at each call, so that a test can stand in for a torch whose allocator the hook

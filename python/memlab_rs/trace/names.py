@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import _core, _torch
+from .. import _core, _torch
 
 
 def start_names(model: torch.nn.Module | None, device: str) -> list[list[Any]]:

@@ -25,8 +25,8 @@ import pickle
 from pathlib import Path
 from typing import Any, Union
 
-from . import _args
-from .results.atomic import atomic_open
+from .. import _args
+from ..results.atomic import atomic_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 

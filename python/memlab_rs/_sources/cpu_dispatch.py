@@ -67,7 +67,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _core
+from .. import _core
 
 # storage address -> (weak reference whose callback uncounts it, counted bytes)
 _live: dict[int, tuple[weakref.ref, int]] = {}

@@ -6,8 +6,9 @@ drawn on a bare ``Figure`` (never pyplot), so no GUI backend is touched and no g
 state changes.
 
 - ``timeline_png(view, path)``: the same picture as the HTML timeline
-  (``_core._trace_timeline_html``): the top locations stacked over time, the total as a
-  line, the peak marked with its exact bytes.
+  (``timeline.timeline_html``), from the view checked by the same rules
+  (``timeline.checked``): the top locations stacked over time, the total as a line, the
+  peak marked with its exact bytes.
 - ``keyword_plot_png(groups, expected_mib, path)``: the tagging profiler's two bars: the
   keyword groups stacked (with ``Others`` and ``Untrackable``) beside the expected total.
 - ``top_entries_table(rows, n)``: the largest entries by MiB as plain text.
@@ -20,8 +21,9 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
-from . import _args
-from .results.atomic import atomic_open
+from .. import _args
+from ..results.atomic import save_figure
+from .timeline import checked
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -30,7 +32,7 @@ INSTALL_HINT = (
     "matplotlib); the HTML timeline needs nothing"
 )
 
-# The HTML timeline's palette and sizes (src/render/trace/timeline.rs), so both pictures agree.
+# The HTML timeline's palette and sizes (src/trace/render/timeline.rs), so both pictures agree.
 COLORS = [
     "#4e79a7",
     "#f28e2c",
@@ -49,7 +51,6 @@ TARGET_POINTS = 2000
 LABEL_CHARS = 44
 MiB = 1 << 20
 _UNITS = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
-_VIEW_KEYS = ("time_us", "total", "layers", "peak_index", "peak_bytes")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -93,76 +94,6 @@ def short_label(full: str) -> str:
     first = (LABEL_CHARS - 1) // 2
     last = LABEL_CHARS - 1 - first
     return short[:first] + "…" + short[-last:]
-
-
-def _byte_list(value: Any, where: str) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"timeline view{where} must be a list of byte counts, got {value!r:.60}")
-    out = []
-    for v in value:
-        try:
-            n = int(v)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"timeline view{where} holds {v!r}, not a byte count") from error
-        if n < 0 or n != v:
-            raise ValueError(f"timeline view{where} holds {v!r}: byte counts are ints >= 0")
-        out.append(n)
-    return out
-
-
-def _checked_view(view: Any) -> dict[str, Any]:
-    """The view with plain lists, or a clear error (the HTML renderer's rules)."""
-    if not isinstance(view, dict):
-        raise TypeError(
-            f"expected the timeline dict (report.timeline(device)), got {type(view).__name__}"
-        )
-    missing = [k for k in _VIEW_KEYS if k not in view]
-    if missing:
-        raise ValueError(
-            f"timeline view has no {', '.join(map(repr, missing))}; it needs title, time_us, "
-            "total, layers, peak_index, peak_bytes and notices, as report.timeline(device) "
-            "returns"
-        )
-    time_us = [int(t) for t in view["time_us"]]
-    total = _byte_list(view["total"], "['total']")
-    layers = []
-    for item in view["layers"]:
-        try:
-            name, values = item
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"timeline view['layers'] must hold (name, byte counts) pairs, got {item!r:.60}"
-            ) from error
-        layers.append((str(name), _byte_list(values, f"['layers'][{name!r}]")))
-    n = len(time_us)
-    if len(total) != n:
-        raise ValueError(
-            f"timeline view is inconsistent: time_us has {n} samples but total has {len(total)}"
-        )
-    for name, values in layers:
-        if len(values) != n:
-            raise ValueError(
-                f"timeline view is inconsistent: layer {name!r} has {len(values)} values but "
-                f"there are {n} samples"
-            )
-    peak_index, peak_bytes = int(view["peak_index"]), int(view["peak_bytes"])
-    if n and not 0 <= peak_index < n:
-        raise ValueError(
-            f"timeline view is inconsistent: peak_index {peak_index} is not a sample index "
-            f"(0..{n - 1})"
-        )
-    notices = view.get("notices") or []
-    if isinstance(notices, str):
-        raise TypeError("timeline view['notices'] must be a list of str, got a str")
-    return {
-        "title": str(view.get("title") or ""),
-        "time_us": time_us,
-        "total": total,
-        "layers": layers,
-        "peak_index": peak_index,
-        "peak_bytes": peak_bytes,
-        "notices": [str(x) for x in notices],
-    }
 
 
 def _downsample(v: dict[str, Any]) -> None:
@@ -210,7 +141,7 @@ def timeline_png(view: dict[str, Any], path: PathLike, *, dpi: int = 100) -> Non
     ...         "peak_bytes": 1 << 20, "notices": []}
     >>> timeline_png(view, "timeline.png")  # doctest: +SKIP
     """
-    v = _checked_view(view)
+    v = checked(view)
     path = _args.path(path, "path")
     fig = _figure(12, 6.2)
     if len(v["total"]) > MAX_POINTS:
@@ -408,17 +339,3 @@ def top_entries_table(rows: Iterable[tuple[str, float]], n: int = 10) -> str:
         lines.append(f"{rank:>4} {mib:>11.2f} {share:>7}  {name}")
     return "\n".join(lines)
 
-
-def save_figure(fig: Any, path: Any, dpi: Any = "figure") -> None:
-    """``fig.savefig(path)``, whole or not at all (``results.atomic``): the format is the
-    extension's, and a name without one gets matplotlib's default (``.png``), as savefig
-    names it."""
-    import matplotlib
-
-    name = os.fspath(path)
-    extension = os.path.splitext(name)[1][1:].lower()
-    if not extension:
-        extension = matplotlib.rcParams["savefig.format"]
-        name = f"{name}.{extension}"
-    with atomic_open(name, binary=True) as f:
-        fig.savefig(f, dpi=dpi, format=extension)

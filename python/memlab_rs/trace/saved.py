@@ -99,13 +99,14 @@ def encode(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 def decode(data: dict[str, Any]) -> dict[str, Any]:
     """The snapshot ``encode`` saved, frames and stacks shared again; a ValueError naming
-    what is damaged otherwise."""
-    listed = data["frames"]
+    what is damaged otherwise. (A loaded file's fields are checked by their derive first,
+    ``_core.trace.validate``; this reads any data it is given as carefully.)"""
+    listed = data.get("frames")
     if not isinstance(listed, list) or not all(isinstance(f, dict) for f in listed):
         raise ValueError('trace: "frames" must be a list of frame objects')
     frames = listed
     stacks: list[list[dict[str, Any]]] = []
-    found = data["stacks"]
+    found = data.get("stacks")
     if not isinstance(found, list):
         raise ValueError('trace: "stacks" must be a list of lists of frame indices')
     for s, indices in enumerate(found):
@@ -133,7 +134,9 @@ def decode(data: dict[str, Any]) -> dict[str, Any]:
             return [restore(item) for item in value]
         return value
 
+    if "snapshot" not in data:
+        raise ValueError('trace: no "snapshot" field')
     snapshot = data["snapshot"]
     if not isinstance(snapshot, dict):
-        raise ValueError('trace: "snapshot" must be an object')
+        raise ValueError('trace: "snapshot" must be an object (torch\'s snapshot dict)')
     return restore(snapshot)

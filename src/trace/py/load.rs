@@ -1,7 +1,8 @@
 //! A snapshot dict (torch's `_snapshot()` schema, or our CPU recorder's, which follows it) into
-//! plain records. Frame dicts are interned by identity: torch shares one dict per (code,
-//! instruction) across entries, and so does pickle, so a 120,000-entry history touches each
-//! distinct frame's fields once.
+//! plain records: the trace's collector, reading the Python objects the snapshot is made of
+//! (its schema is torch's, so there is no derive to read it with). Frame dicts are interned
+//! by identity: torch shares one dict per (code, instruction) across entries, and so does
+//! pickle, so a 120,000-entry history touches each distinct frame's fields once.
 
 use std::collections::HashMap;
 
@@ -9,9 +10,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use super::model::{Action, Event, IntMap, Source, Trace, NONE};
-use super::parts::{bad, Doc, Parts};
 use crate::interrupts::text;
+use crate::trace::error::bad;
+use crate::trace::model::{Action, Event, IntMap, Source, Trace, NONE};
+use crate::trace::parts::{Doc, Parts};
 
 /// An int of any size up to i128's, or a ValueError naming what it is (a damaged snapshot's
 /// value may be anything: extraction alone would give a TypeError or an OverflowError).
@@ -20,7 +22,7 @@ fn int_value(value: &Bound<'_, PyAny>, what: &str) -> PyResult<i128> {
         Ok(v) => Ok(v as i128),
         Err(_) => value
             .extract::<i128>()
-            .map_err(|_| bad(&format!("{what} is not an integer of at most 38 digits"))),
+            .map_err(|_| bad(&format!("{what} is not an integer of at most 38 digits")).into()),
     }
 }
 
@@ -126,7 +128,7 @@ impl<'py> Loader<'py> {
                         action
                     }
                 },
-                None => return Err(bad("a trace entry has no 'action'")),
+                None => return Err(bad("a trace entry has no 'action'").into()),
             };
             let tag = match e.get_item(intern!(py, "user_metadata"))? {
                 Some(t) if !t.is_none() => match tags.get(&(t.as_ptr() as usize)) {
@@ -164,6 +166,7 @@ impl<'py> Loader<'py> {
 
 impl<'py> Doc for Loader<'py> {
     type Node = Bound<'py, PyAny>;
+    type Error = PyErr;
 
     fn trace(&mut self) -> &mut Trace {
         &mut self.trace
@@ -231,7 +234,8 @@ pub fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>) -> PyResult<Tr
         return Err(bad(
             "it has no 'device_traces': record with torch.cuda.memory._record_memory_history() \
              before taking it",
-        ));
+        )
+        .into());
     };
     let mut loader = Loader {
         py,
