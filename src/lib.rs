@@ -35,9 +35,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
     m.add_class::<tensor_report::ReportTable>()?;
-    m.add_class::<tracker::TrackerCore>()?;
-    m.add_function(wrap_pyfunction!(tracker::py::render_tracker_block, m)?)?;
-    m.add_function(wrap_pyfunction!(tracker::py::_tracker_html, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
     m.add_class::<line_profiler::py::LineReportView>()?;
@@ -100,5 +97,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     test_memory::py::register(m)?;
+    tracker::py::register(m)?;
     Ok(())
 }

@@ -16,10 +16,10 @@ What is left to others: the syntax, nesting and numbers of the JSON text
 checked by the trace reader, ``src/trace/load.rs``), and what only the analysis can tell
 (a trace whose ``source`` disagrees with its snapshot).
 
->>> check("tracker", {"rows": []}, {})
+>>> check("estimate", {"model": "m"}, {})
 Traceback (most recent call last):
 ...
-ValueError: tracker: no "total_bytes" field
+ValueError: estimate: no "device" field
 """
 
 from __future__ import annotations
@@ -281,38 +281,7 @@ MERGED_TENSOR_REPORT = Obj(
     rules=(_unique_ranks, _one_size_per_rank),
 )
 
-# -- the tracker, the estimate, a test's memory -----------------------------------------------
-
-TRACKER = Obj(
-    "tracker",
-    {
-        "rows": List(
-            Obj(
-                "tracker row {i}",
-                {
-                    "sign": OneOf("+", "-"),
-                    "count": BYTES,
-                    "shape": TEXT,
-                    "dtype": TEXT,
-                    "bytes": BYTES,
-                    "type": TEXT,
-                    "names": TEXTS,
-                    "line": TEXT,
-                },
-            )
-        ),
-        "total_bytes": BYTES,
-        "allocated_bytes": BYTES,
-        "tensors": BYTES,
-        "where": TEXT,
-        "strategy": TEXT,
-        "incomplete": Opt(TEXT),
-        "seconds": Map(SECONDS),
-        "detail": Bool(),
-        "stamp": Opt(TEXT),
-    },
-)
-
+# -- the estimate, a test's memory -------------------------------------------------------------
 
 def _activation_at_peak(data: dict[str, Any], where: str) -> None:
     if "activation" not in data["peak_by_category"]:
@@ -471,7 +440,6 @@ SCHEMAS: dict[str, Obj] = {
     "merged_line_profile": MERGED_LINE_PROFILE,
     "tensor_report": TENSOR_REPORT,
     "merged_tensor_report": MERGED_TENSOR_REPORT,
-    "tracker": TRACKER,
     "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
     "monitor": MONITOR,

@@ -11,6 +11,7 @@ from typing import Any, SupportsIndex, final
 import numpy as np
 
 from . import test_memory as test_memory
+from . import tracker as tracker
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "SavedTensorHooks",
     "ThreadTracer",
     "TraceAnalysis",
-    "TrackerCore",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -75,7 +75,6 @@ __all__ = [
     "_set_cpu_tracking",
     "_trace_new_thread",
     "_trace_timeline_html",
-    "_tracker_html",
     "check_result_json",
     "check_snapshot_pickle",
     "collect_report",
@@ -84,7 +83,7 @@ __all__ = [
     "parse_size",
     "readable_size",
     "test_memory",
-    "render_tracker_block",
+    "tracker",
     "tracked_tensors",
 ]
 __version__: str
@@ -126,33 +125,6 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
 
 def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
-
-@final
-class TrackerCore:
-    """The tensor diff tracker's state: the groups of the last call, no tensor."""
-
-    def __init__(self, device: str) -> None: ...
-    def track(self, named: Sequence[tuple[Any, str]]) -> dict[str, Any]: ...
-    def reset(self) -> None: ...
-
-def render_tracker_block(
-    rows: Sequence[dict[str, Any]],
-    detail: bool,
-    place: str,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    stamp: str | None = ...,
-) -> str:
-    """One track()'s log text in the original's layout (header first when ``stamp``)."""
-
-def _tracker_html(
-    rows: Sequence[dict[str, Any]],
-    place: str,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    incomplete: str | None = ...,
-) -> str:
-    """One track() as an HTML table: every row, the place, the totals, the note."""
 
 @final
 class ReportTable:

@@ -1,51 +1,26 @@
 """Every tool's result saves to one file format and loads back rendering identically.
 
-For each kind (tensor report, tracker, estimate, monitor, trace): a real result made from
-CPU tensors of known sizes, saved to .json and .json.gz, loaded with ``memlab_rs.load``,
-its renderings (text, HTML, and CSV/JSON where the tool has them) compared byte for byte,
-exact values checked, and damaged data refused with one ValueError naming the file.
+For each kind (tensor report, estimate, monitor, trace; the tracker in its room,
+tests/unit/tracker): a real result made from CPU tensors of known sizes, saved to .json and
+.json.gz, loaded with ``memlab_rs.load``, its renderings (text, HTML, and CSV/JSON where
+the tool has them) compared byte for byte, exact values checked, and damaged data refused
+with one ValueError naming the file. Then what every kind shares: the schema's version,
+migrated or refused.
 """
 
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import os
 
 import pytest
 import torch
+from made_results import tracked
+from round_trip import NAMES, refused, saved_and_loaded
 
 import memlab_rs
 from memlab_rs import _core, results
-
-NAMES = ["result.json", "result.json.gz"]
-
-
-def saved_and_loaded(result, tmp_path, name):
-    """``result`` saved to ``tmp_path/name`` and loaded back, after checking the file."""
-    path = tmp_path / name
-    result.save(path)
-    raw = gzip.open(path).read() if name.endswith(".gz") else path.read_bytes()
-    doc = json.loads(raw)
-    assert (doc["format"], doc["schema"], doc["kind"]) == (results.FORMAT, 1, result.kind)
-    loaded = memlab_rs.load(path)
-    assert type(loaded) is type(result)
-    assert loaded.meta == result.meta
-    assert results.dumps(loaded) == results.dumps(result)  # saved again: the same file
-    return loaded
-
-
-def refused(tmp_path, result, damage, message):
-    """The result's document, damaged by ``damage(data)``, fails to load with ``message``."""
-    doc = json.loads(results.dumps(result))
-    damage(doc["data"])
-    path = tmp_path / "damaged.json"
-    path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=message) as err:
-        memlab_rs.load(path)
-    assert str(err.value).startswith(f"{path}: a damaged {result.kind} result")
-
 
 # -- tensor report ---------------------------------------------------------------------------
 
@@ -167,103 +142,6 @@ def test_memory_report_core_data_round_trips():
     again = _core.ReportTable.from_data(table.data())
     assert again.text(True) == table.text(True)
     assert again.json() == table.json()
-
-
-# -- tracker -------------------------------------------------------------------------------
-
-
-def tracked(tmp_path, detail=True):
-    """Two tracks: the first (with the log's header), then one that sees a 1 MiB tensor
-    and a named 512 KiB parameter appear and the first's 256 KiB tensor vanish."""
-    model = torch.nn.Module()
-    tracker = memlab_rs.MemTracker(
-        detail=detail, path=str(tmp_path) + "/", device="cpu", model=model
-    )
-    gone = torch.zeros(64, 1024)  # 256 KiB
-    first = tracker.track()
-    del gone
-    kept = torch.zeros(256, 1024)  # 1 MiB
-    model.w = torch.nn.Parameter(torch.zeros(128, 1024))  # 512 KiB, named "w"
-    second = tracker.track()
-    log = open(tracker.gpu_profile_fn).read()
-    del kept
-    return first, second, log
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_tracker_round_trip(tmp_path, name):
-    first, second, log = tracked(tmp_path)
-    assert log == first.text() + second.text()  # the log is rendered from the records
-    for result in (first, second):
-        loaded = saved_and_loaded(result, tmp_path, name)
-        assert loaded.text() == result.text()
-        assert loaded._repr_html_() == result._repr_html_()
-        assert loaded == result  # every field, rows included
-        assert loaded.device == "cpu"
-
-
-def test_tracker_record_holds_exact_values(tmp_path):
-    first, second, _log = tracked(tmp_path)
-    assert first.stamp is not None and second.stamp is None
-    assert first.text().startswith(f"GPU Memory Track | {first.stamp} | ")
-    rows = {(r.sign, r.shape): r for r in second.rows}
-    assert rows["+", "(256, 1024)"].bytes == 1 << 20
-    assert rows["+", "(128, 1024)"].bytes == 1 << 19
-    assert rows["+", "(128, 1024)"].names == ("w",)
-    assert rows["+", "(128, 1024)"].type == "<class 'torch.nn.parameter.Parameter'>"
-    assert rows["-", "(64, 1024)"].bytes == 1 << 18
-    data = second.to_data()
-    assert data["where"].endswith(": tracked")
-    assert {(r["sign"], r["shape"], r["bytes"]) for r in data["rows"]} >= {
-        ("+", "(256, 1024)", 1 << 20),
-        ("-", "(64, 1024)", 1 << 18),
-    }
-    html = second._repr_html_()
-    assert "<td>1048576</td>" in html.replace('<td style="text-align:right">', "<td>")
-    assert "<td>w</td>" in html
-
-
-def test_tracker_note_round_trips(tmp_path):
-    import dataclasses
-
-    _first, second, _log = tracked(tmp_path)
-    noted = dataclasses.replace(second, incomplete="the walk ran during a garbage collection")
-    loaded = results.loads(results.dumps(noted))
-    assert loaded.text() == noted.text()
-    assert loaded.text().endswith("Note: the walk ran during a garbage collection\n\n")
-    assert loaded._repr_html_() == noted._repr_html_()
-    assert loaded._repr_html_().endswith(
-        "<p>Note: the walk ran during a garbage collection</p></div>"
-    )
-
-
-def test_tracker_without_detail_round_trips(tmp_path):
-    _first, second, log = tracked(tmp_path, detail=False)
-    assert "| Memory:" not in second.text() and second.text() in log
-    loaded = results.loads(results.dumps(second))
-    assert loaded.text() == second.text() and not loaded.detail
-    assert loaded._repr_html_() == second._repr_html_()
-
-
-def test_damaged_tracker_result_is_refused(tmp_path):
-    _first, second, _log = tracked(tmp_path)
-
-    def bad_sign(data):
-        data["rows"][0]["sign"] = "*"
-
-    def bad_bytes(data):
-        data["rows"][0]["bytes"] = -5
-
-    def no_where(data):
-        del data["where"]
-
-    def bool_count(data):
-        data["rows"][0]["count"] = True
-
-    refused(tmp_path, second, bad_sign, r'tracker row 0: "sign" must be "\+" or "-"')
-    refused(tmp_path, second, bad_bytes, r'tracker row 0: "bytes" must be >= 0, got -5')
-    refused(tmp_path, second, no_where, 'tracker: no "where" field')
-    refused(tmp_path, second, bool_count, 'tracker row 0: "count" must be int, got True')
 
 
 # -- estimate ------------------------------------------------------------------------------
