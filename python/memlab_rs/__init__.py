@@ -11,7 +11,7 @@ from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
 from .line_result import LineProfileResult
-from .merge import MergedLineProfile, MergedTensorReport
+from .merge import MergedLineProfile
 from .monitor import MemoryMonitor, memory_profiler
 from .monitor_result import MonitorResult
 from .profile import (
@@ -21,10 +21,10 @@ from .profile import (
     profile_every,
     set_target_gpu,
 )
-from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
 from .results.diff import ResultDiff, diff_results
 from .results.merge import gather_results, merge_results
+from .tensor_report import MemoryReport, MemReporter, MergedTensorReport, TensorRow
 from .test_memory import PytestMemoryResult
 from .tracker import MemTracker, TrackResult, TrackRow
 

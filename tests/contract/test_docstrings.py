@@ -9,7 +9,10 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     [
-        "memlab_rs.reporter",
+        "memlab_rs.tensor_report.reporter",
+        "memlab_rs.tensor_report.result",
+        "memlab_rs.tensor_report.merged",
+        "memlab_rs.tensor_report.diff",
         "memlab_rs.models",
         "memlab_rs._core",
         "memlab_rs._trace_plots",

@@ -1,6 +1,6 @@
-"""Tracks of known CPU tensors, made the same way by the tests of several folders: the
-tracker's own (tests/unit/tracker) and those of the result files every kind shares
-(tests/unit/results)."""
+"""Results of known CPU tensors, made the same way by the tests of several folders: tracks
+(the tracker's own tests, tests/unit/tracker) and tensor reports (tests/unit/tensor_report),
+and those of the merges and result files every kind shares (tests/unit/results)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,25 @@ def tracked(tmp_path, detail=True):
     log = open(tracker.gpu_profile_fn).read()
     del kept
     return first, second, log
+
+
+def tensor_report(**kwargs):
+    """A CPU report of a Linear(1024, 256) (weight 1 MiB, bias 1 KiB) and a view sharing the
+    weight's storage; ``kwargs`` are ``collect()``'s."""
+    linear = torch.nn.Linear(1024, 256)
+    view = linear.weight.view(-1)  # shares the weight's storage
+    report = memlab_rs.MemReporter(linear).collect(device="cpu", **kwargs)
+    del view
+    return report
+
+
+# An odd row width, so that no tensor another test left alive has these shapes.
+WIDTH = 1021
+
+
+def reports_with(sizes: list[int]) -> memlab_rs.MemoryReport:
+    """A CPU report while unnamed tensors of these row counts are alive, in this order."""
+    held = [torch.zeros(n, WIDTH) for n in sizes]
+    report = memlab_rs.MemReporter().collect(device="cpu")
+    del held
+    return report

@@ -8,8 +8,8 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex, final
 
-import numpy as np
-
+from . import merged_tensor_report as merged_tensor_report
+from . import tensor_report as tensor_report
 from . import test_memory as test_memory
 from . import tracker as tracker
 
@@ -21,7 +21,6 @@ __all__ = [
     "MonitorRowNames",
     "MonitorSource",
     "MonitorTensors",
-    "ReportTable",
     "SavedHeld",
     "SavedTensorHooks",
     "ThreadTracer",
@@ -77,11 +76,12 @@ __all__ = [
     "_trace_timeline_html",
     "check_result_json",
     "check_snapshot_pickle",
-    "collect_report",
     "driver_available",
     "driver_device_memory",
+    "merged_tensor_report",
     "parse_size",
     "readable_size",
+    "tensor_report",
     "test_memory",
     "tracker",
     "tracked_tensors",
@@ -105,10 +105,6 @@ def driver_available() -> bool:
 def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
     """(used, total) bytes on a device by all processes, or None; never creates a context."""
 
-# reporter/
-def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) -> ReportTable:
-    """Walk gc and build a report of every tensor Python can reach."""
-
 # gc_walk/
 def tracked_tensors(
     held: Sequence[Any] = ..., resume: bool = ...
@@ -125,37 +121,6 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
 
 def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
-
-@final
-class ReportTable:
-    @property
-    def walk_strategy(self) -> str: ...
-    @property
-    def walk_stats(self) -> dict[str, Any]: ...
-    @property
-    def incomplete(self) -> str | None: ...
-    def with_cuda(
-        self,
-        device: str,
-        allocated: int,
-        requested: int | None = None,
-        reserved: int | None = None,
-    ) -> ReportTable: ...
-    def view(
-        self,
-        devices: Sequence[str] | None = None,
-        sort_by: str | None = None,
-        top: int | None = None,
-    ) -> ReportTable: ...
-    def devices(self) -> list[str]: ...
-    def text(self, verbose: bool = False) -> str: ...
-    def html(self) -> str: ...
-    def json(self) -> str: ...
-    def sections(self) -> list[dict[str, Any]]: ...
-    def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
-    def data(self) -> dict[str, Any]: ...
-    @staticmethod
-    def from_data(data: dict[str, Any]) -> ReportTable: ...
 
 # line_profiler/
 @final
