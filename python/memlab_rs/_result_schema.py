@@ -264,7 +264,7 @@ def _monitor_row() -> dict[str, Spec]:
         "feature_maps_from": Opt(SIGNED),
         "weight_usage": SIGNED,
         "weight_gradient_usage": SIGNED,
-        "intermediate_gradients": SIGNED,
+        "intermediate_gradients": Opt(SIGNED),  # None where not measured
         "optimizer_state_usage": Opt(SIGNED),
         "peak_allocated": SIGNED,
         "peak_window": TEXT,

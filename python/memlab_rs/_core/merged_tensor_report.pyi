@@ -11,7 +11,7 @@ def validate(data: str) -> str:
     the field that does not fit)."""
 
 def render(data: str, format: str, view: str) -> str:
-    """The merged report as text or html (it takes no view options)."""
+    """The merged report as text, html or csv (its records); it takes no view options."""
 
 def records(data: str) -> str:
     """One record per tensor as a JSON list (the spread across ranks, bytes per rank)."""

@@ -31,7 +31,7 @@ class MergedTensorReport(results.Result):
 
     kind = "merged_tensor_report"
     _rust = _core.merged_tensor_report
-    _formats = ("text", "html")
+    _formats = ("text", "html", "csv")
 
     def __init__(
         self,
@@ -89,7 +89,7 @@ class MergedTensorReport(results.Result):
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """The records as CSV (also written to ``path`` when given)."""
-        return results.write_csv(self.records(), path)
+        return results.write_text(self.render("csv"), path)
 
     def to_data(self) -> dict[str, Any]:
         """The merged report as JSON values (the saved file's ``data``)."""

@@ -19,8 +19,13 @@ class TrackRow:
     count: int
     shape: str
     dtype: str
-    #: Bytes of the storages that appeared (or vanished) with them, each storage once.
+    #: Bytes the allocator holds for the storages that appeared (or vanished) with them,
+    #: each storage once: on CUDA each rounded up to the caching allocator's 512-byte blocks,
+    #: on the CPU their own bytes.
     bytes: int
+    #: The storages' own bytes (``nbytes()``), each once: what the log prints, as the
+    #: original counts a tensor (numel times the element size).
+    storage_bytes: int
     #: ``str(type(tensor))``, e.g. ``<class 'torch.nn.parameter.Parameter'>``.
     type: str
     #: The model's names of the tensors that appeared (or vanished), when a model is given.
@@ -54,8 +59,12 @@ class TrackResult(results.SavedResult):
     _formats = ("text", "html")
 
     rows: list[TrackRow]
-    #: Bytes of every storage on the device, each once.
+    #: Bytes the allocator holds for every storage on the device, each once (CUDA: in
+    #: 512-byte blocks).
     total_bytes: int
+    #: The own bytes of every storage on the device, each once: the log's "Total Tensor Used
+    #: Memory".
+    total_storage_bytes: int
     #: ``torch.cuda.memory_allocated(device)``; on CPU the same as ``total_bytes``.
     allocated_bytes: int
     #: Live tensors on the device.
@@ -98,6 +107,7 @@ class TrackResult(results.SavedResult):
                 shape=r["shape"],
                 dtype=r["dtype"],
                 bytes=r["bytes"],
+                storage_bytes=r["storage_bytes"],
                 type=r["type"],
                 names=tuple(r["names"]),
                 line=r["line"],
@@ -108,6 +118,7 @@ class TrackResult(results.SavedResult):
             result,
             rows=rows,
             total_bytes=data["total_bytes"],
+            total_storage_bytes=data["total_storage_bytes"],
             allocated_bytes=data["allocated_bytes"],
             tensors=data["tensors"],
             where=data["where"],
@@ -123,7 +134,8 @@ class TrackResult(results.SavedResult):
     @classmethod
     def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> TrackResult:
         """The result from a saved file's ``data`` and ``meta``; a ValueError naming the
-        field that does not fit (its serde derive, ``src/tracker/result.rs``)."""
+        field that does not fit (its serde derive, ``src/tracker/result.rs``). A file saved
+        before the storages' own bytes were kept reads its ``bytes`` for both."""
         return cls._from_json(_dumps(data), meta)
 
     def _fields_data(self) -> dict[str, Any]:
@@ -134,6 +146,7 @@ class TrackResult(results.SavedResult):
                 "shape": r.shape,
                 "dtype": r.dtype,
                 "bytes": r.bytes,
+                "storage_bytes": r.storage_bytes,
                 "type": r.type,
                 "names": list(r.names),
                 "line": r.line,
@@ -143,6 +156,7 @@ class TrackResult(results.SavedResult):
         return {
             "rows": rows,
             "total_bytes": self.total_bytes,
+            "total_storage_bytes": self.total_storage_bytes,
             "allocated_bytes": self.allocated_bytes,
             "tensors": self.tensors,
             "where": self.where,
@@ -164,7 +178,8 @@ class TrackResult(results.SavedResult):
         return self.render("text")
 
     def html(self) -> str:
-        """The diff as a self-contained HTML table (Jupyter shows it)."""
+        """The diff as a self-contained HTML table (Jupyter shows it): each row's storage
+        bytes (what the log prints) beside the allocator's bytes for them."""
         return self.render("html")
 
     def to_data(self) -> dict[str, Any]:

@@ -122,9 +122,10 @@ class MemTracker:
             torch.cuda.empty_cache()
 
     def get_tensor_usage(self) -> float:
-        """MiB of the storages on the device, each once (the original's method name)."""
+        """MiB of the storages on the device, each once, their own bytes as the log's
+        "Total Tensor Used Memory" (the original's method name)."""
         found = _core.tracker.TrackerCore(self.device).track(self._named(), "", False)
-        return json.loads(found)["total_bytes"] / 1024**2
+        return json.loads(found)["total_storage_bytes"] / 1024**2
 
     def get_allocate_usage(self) -> float:
         """MiB the allocator holds for tensors (``torch.cuda.memory_allocated``)."""

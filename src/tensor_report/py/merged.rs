@@ -40,7 +40,7 @@ fn validate(data: &str) -> PyResult<String> {
     Ok(to_json(&MergedTensorReport::read(data)?))
 }
 
-/// The merged report as `text` or `html`; it takes no view.
+/// The merged report as `text`, `html` or `csv` (its records); it takes no view.
 #[pyfunction]
 fn render(data: &str, format: &str, view: &str) -> PyResult<String> {
     let merged = MergedTensorReport::read(data)?;
@@ -48,8 +48,9 @@ fn render(data: &str, format: &str, view: &str) -> PyResult<String> {
     match format {
         "text" => Ok(render_merged::text(&merged)),
         "html" => Ok(render_merged::html(&merged)),
+        "csv" => Ok(render_merged::csv(&merged)),
         other => Err(PyValueError::new_err(format!(
-            "format={other:?}: a merged_tensor_report result renders as text or html"
+            "format={other:?}: a merged_tensor_report result renders as text, html or csv"
         ))),
     }
 }

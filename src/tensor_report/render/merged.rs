@@ -2,7 +2,7 @@
 //! tensor the min, median and max bytes across ranks and the rank holding the max where the
 //! ranks differ; then per device type the totals.
 
-use crate::tensor_report::merge::{spread, Spread};
+use crate::tensor_report::merge::{records, spread, Median, Spread};
 use crate::tensor_report::result::MergedTensorReport;
 use crate::text::size::{memlab_bytes, memlab_size};
 
@@ -181,6 +181,61 @@ pub fn html(merged: &MergedTensorReport) -> String {
     out
 }
 
+/// A CSV field as Python's `csv` module writes it (QUOTE_MINIMAL): quoted, its quotes
+/// doubled, when it holds the delimiter, a quote or a line break.
+fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_owned()
+    }
+}
+
+fn or_empty<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(String::new, |v| v.to_string())
+}
+
+/// The records (`merge::records`: name, device, dtype, shape, min, median, max, max_rank,
+/// then `rank<R>` per rank) as CSV with a header line, `\n` line ends: what
+/// `MergedTensorReport.to_csv()` writes and `memlab-rs merge --format csv` prints.
+pub fn csv(merged: &MergedTensorReport) -> String {
+    let mut head: Vec<String> = [
+        "name", "device", "dtype", "shape", "min", "median", "max", "max_rank",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    head.extend(merged.ranks.iter().map(|r| format!("rank{r}")));
+    let rows = records(merged);
+    if rows.is_empty() {
+        return String::new(); // as write_csv: no records, no header
+    }
+    let mut out = head.join(",");
+    out.push('\n');
+    for r in rows {
+        let median = r.spread.map(|s| match s.median {
+            Median::Whole(n) => n.to_string(),
+            // A half: below 2^53 (above, every float is whole), where Rust's shortest
+            // round-trip text is Python's repr.
+            Median::Half(x) => x.to_string(),
+        });
+        let mut cells = vec![
+            csv_field(&r.name),
+            csv_field(&r.device),
+            csv_field(&r.dtype),
+            csv_field(&r.shape),
+            or_empty(r.spread.map(|s| s.min)),
+            median.unwrap_or_default(),
+            or_empty(r.spread.map(|s| s.max)),
+            or_empty(r.spread.map(|s| s.max_rank)),
+        ];
+        cells.extend(r.per_rank.iter().map(|(_, bytes)| bytes.to_string()));
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +258,23 @@ mod tests {
              total on cpu                                      4.00B  1021.00K  1.99M  1\n\
              \nper rank: cpu: rank 0 4.00B, rank 1 1.99M\n"
         );
+    }
+
+    #[test]
+    fn csv_is_what_pythons_csv_module_writes() {
+        assert_eq!(
+            csv(&merged()),
+            "name,device,dtype,shape,min,median,max,max_rank,rank0,rank1\n\
+             only<1>,cpu,torch.float32,\"(512, 1021)\",0,1045504,2091008,1,0,2091008\n\
+             w,cpu,torch.float32,(),4,4,4,0,4,4\n"
+        );
+        assert_eq!(csv_field("a\"b,c"), "\"a\"\"b,c\"");
+        assert_eq!(csv_field("a\rb"), "\"a\rb\"");
+        let odd = MergedTensorReport::read(
+            r#"{"ranks":[0,1],"world_size":2,"rows":[{"name":"w","device":"cpu","shape":[2,2],"dtype":"torch.float32","bytes":[1,2]}],"totals":{}}"#,
+        )
+        .unwrap();
+        assert!(csv(&odd).ends_with("\nw,cpu,torch.float32,\"(2, 2)\",1,1.5,2,1,1,2\n"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::allocator::caching::allocated_bytes;
 use crate::gc_walk;
 use crate::gc_walk::facts::{FactReader, TorchHandles};
 use crate::results::to_json;
-use crate::tracker::diff::{self, Group, GroupKey, Seen};
+use crate::tracker::diff::{self, Group, GroupKey, Seen, Storage};
 use crate::tracker::render::text as tracker_text;
 use crate::tracker::result::{Row, Track};
 
@@ -41,7 +41,9 @@ impl TrackerCore {
         })
     }
 
-    /// Walk, group, diff against the last call: the `tracker` result's JSON. `named`:
+    /// Walk, group, diff against the last call: the `tracker` result's JSON (each row's
+    /// `bytes` the allocator's, CUDA's 512-byte blocks; `storage_bytes` the storages' own,
+    /// what the log prints). `named`:
     /// (tensor, name) pairs from the model, listed first; `place`, `detail` and `stamp` as
     /// the result keeps them; `allocated` the allocator's bytes (None on the CPU: the
     /// tensors' total).
@@ -101,12 +103,14 @@ impl TrackerCore {
                 continue;
             }
             // A sparse or wrapper tensor's parts all count towards it.
-            let storages: Vec<(usize, u64)> = facts
+            let storages: Vec<Storage> = facts
                 .iter()
                 .filter_map(|f| {
-                    f.storage
-                        .filter(|s| s.has_memory)
-                        .map(|s| (s.key, allocated_bytes(&self.device, s.nbytes)))
+                    f.storage.filter(|s| s.has_memory).map(|s| Storage {
+                        key: s.key,
+                        nbytes: s.nbytes,
+                        blocks: allocated_bytes(&self.device, s.nbytes),
+                    })
                 })
                 .collect();
             if storages.is_empty() {
@@ -145,8 +149,9 @@ impl TrackerCore {
             .collect();
         let track = Track {
             rows,
-            total_bytes: total,
-            allocated_bytes: allocated.unwrap_or(total),
+            total_bytes: total.bytes,
+            total_storage_bytes: total.storage_bytes,
+            allocated_bytes: allocated.unwrap_or(total.bytes),
             tensors,
             place,
             strategy: walk.strategy.name().to_owned(),

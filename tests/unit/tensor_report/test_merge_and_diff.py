@@ -9,7 +9,7 @@ import pytest
 from made_results import WIDTH, reports_with
 
 import memlab_rs
-from memlab_rs import diff_results, merge_results
+from memlab_rs import diff_results, merge_results, results
 from memlab_rs.tensor_report import MergedTensorReport, TensorReportDiff
 
 
@@ -78,8 +78,12 @@ def test_a_merged_report_made_by_hand_reads_as_a_loaded_one():
         MergedTensorReport([0, 1], 2, [{**rows[0], "bytes": [16]}], totals, {})
     with pytest.raises(ValueError, match=r"ranks: lists a rank twice: \[1, 1\]"):
         MergedTensorReport([1, 1], 2, rows, totals, {})
-    with pytest.raises(ValueError, match="format='csv': a merged_tensor_report result renders"):
-        merged.render("csv")
+    # what memlab-rs merge --format csv writes: what Python's csv module writes of the records
+    assert merged.render("csv") == merged.to_csv() == results.write_csv(records)
+    with pytest.raises(
+        ValueError, match="format='json': a merged_tensor_report result renders as text, html, csv"
+    ):
+        merged.render("json")
 
 
 def test_the_diff_of_two_reports_is_a_tensor_report_diff():
