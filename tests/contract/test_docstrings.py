@@ -15,6 +15,8 @@ import pytest
         "memlab_rs.tensor_report.diff",
         "memlab_rs.models",
         "memlab_rs._core",
+        "memlab_rs._core.tensor_report",
+        "memlab_rs._core.tracker",
         "memlab_rs._trace_plots",
         "memlab_rs._memory_viz_export",
         "memlab_rs.trace",

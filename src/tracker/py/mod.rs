@@ -37,11 +37,11 @@ fn validate(data: &str) -> PyResult<String> {
 ///
 /// >>> import json
 /// >>> from memlab_rs._core import tracker
-/// >>> row = dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=8,
-/// ...            type="<class 'torch.Tensor'>", names=[], line="")
-/// >>> data = dict(rows=[row], total_bytes=8, allocated_bytes=8, tensors=1,
-/// ...             where="a.py line 3: f", strategy="gc.get_objects()", incomplete=None,
-/// ...             seconds={}, detail=True, stamp=None)
+/// >>> row = dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=512,
+/// ...            storage_bytes=8, type="<class 'torch.Tensor'>", names=[], line="")
+/// >>> data = dict(rows=[row], total_bytes=512, total_storage_bytes=8, allocated_bytes=512,
+/// ...             tensors=1, where="a.py line 3: f", strategy="gc.get_objects()",
+/// ...             incomplete=None, seconds={}, detail=True, stamp=None)
 /// >>> print(tracker.render(json.dumps(data), "text", "{}").strip())
 /// + | 1 * Size:(2,)                 | Memory: 0.0000 M | <class 'torch.Tensor'> | torch.float32
 /// <BLANKLINE>
