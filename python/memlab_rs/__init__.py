@@ -25,7 +25,7 @@ if _typing.TYPE_CHECKING:
     from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
     from .line_result import LineProfileResult
-    from .merge import MergedLineProfile, MergedTensorReport
+    from .merge import MergedLineProfile
     from .monitor import MemoryMonitor, memory_profiler
     from .monitor_result import MonitorResult
     from .profile import (
@@ -35,10 +35,10 @@ if _typing.TYPE_CHECKING:
         profile_every,
         set_target_gpu,
     )
-    from .reporter import MemoryReport, MemReporter, TensorRow
     from .results import load
     from .results.diff import ResultDiff, diff_results
     from .results.merge import gather_results, merge_results
+    from .tensor_report import MemoryReport, MemReporter, MergedTensorReport, TensorRow
     from .test_memory import PytestMemoryResult
     from .tracker import MemTracker, TrackResult, TrackRow
 
@@ -90,12 +90,13 @@ _HOMES: dict[str, str] = {
                     ".estimate"),  # fmt: skip
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineRecordsDisplay"], ".line_profiler"),
     "LineProfileResult": ".line_result",
-    **dict.fromkeys(["MergedLineProfile", "MergedTensorReport"], ".merge"),
+    "MergedLineProfile": ".merge",
     **dict.fromkeys(["MemoryMonitor", "memory_profiler"], ".monitor"),
     "MonitorResult": ".monitor_result",
     **dict.fromkeys(["clear_global_line_profiler", "global_line_profiler", "profile",
                      "profile_every", "set_target_gpu"], ".profile"),  # fmt: skip
-    **dict.fromkeys(["MemoryReport", "MemReporter", "TensorRow"], ".reporter"),
+    **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
+                    ".tensor_report"),  # fmt: skip
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),
     **dict.fromkeys(["gather_results", "merge_results"], ".results.merge"),

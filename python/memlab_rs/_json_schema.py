@@ -117,15 +117,6 @@ class Opt(Spec):
             self.spec.check(value, where, key, path)
 
 
-class Either(Spec):
-    """One of two specs (a tensor's shape: a list of ints, or its text)."""
-
-    def __init__(self, first: Spec, second: Spec):
-        self.first, self.second = first, second
-        self.what = f"{first.what} or {second.what}"
-
-    def ok(self, value: Any) -> bool:
-        return self.first.ok(value) or self.second.ok(value)
 
 
 class List(Spec):

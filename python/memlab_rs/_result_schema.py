@@ -19,10 +19,10 @@ schema is their serde derive (``src/<room>/result.rs``), checked by the room's
 it (``src/trace/py/load.rs``), and what only the analysis can tell (a ``source`` that
 disagrees with the snapshot) by ``TraceResult.from_data``.
 
->>> check("tracker", {"rows": []}, {})
+>>> check("estimate", {"model": "m"}, {})
 Traceback (most recent call last):
 ...
-ValueError: tracker: no "total_bytes" field
+ValueError: estimate: no "device" field
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from ._json_schema import (
     RANK_MAX,
     U32_MAX,
     Bool,
-    Either,
     Float,
     Int,
     List,
@@ -195,129 +194,7 @@ MERGED_LINE_PROFILE = Obj(
     rules=(_unique_ranks, _one_entry_per_rank),
 )
 
-# -- tensor reports ------------------------------------------------------------------------------
-
-TENSOR_REPORT = Obj(
-    "tensor report",
-    {
-        "verbose": Bool(),
-        "sections": List(
-            Obj(
-                "tensor report section {i} ({device})",
-                {
-                    "device": TEXT,
-                    "total_numel": BYTES,
-                    "total_bytes": BYTES,
-                    "total_storage_bytes": BYTES,
-                    "omitted_rows": BYTES,
-                    "omitted_bytes": BYTES,
-                    "cuda": Opt(
-                        Obj(
-                            "{parent}, cuda",
-                            {
-                                "allocated": BYTES,
-                                "requested": Opt(BYTES),
-                                "reserved": Opt(BYTES),
-                                "driver_used": Opt(BYTES),
-                                "driver_total": Opt(BYTES),
-                            },
-                        )
-                    ),
-                    "rows": List(
-                        Obj(
-                            "{parent}, row {i}",
-                            {
-                                "name": TEXT,
-                                "device": TEXT,
-                                "shape": Opt(List(SIGNED)),
-                                "shape_text": TEXT,
-                                "dtype": TEXT,
-                                "numel": BYTES,
-                                "bytes": BYTES,
-                                "storage_bytes": BYTES,
-                                "shared_with": Opt(TEXT),
-                            },
-                        )
-                    ),
-                },
-            )
-        ),
-        "incomplete": Opt(TEXT),
-        "walk": Obj(
-            "tensor report walk",
-            {"strategy": TEXT, "tensors": BYTES, "walk_seconds": SECONDS, "facts_seconds": SECONDS},
-        ),
-    },
-)
-
-
-def _one_size_per_rank(data: dict[str, Any], where: str) -> None:
-    ranks = len(data["ranks"])
-    for i, row in enumerate(data["rows"]):
-        if len(row["bytes"]) != ranks:
-            raise ValueError(f"{where} row {i}: {len(row['bytes'])} sizes for {ranks} ranks")
-    for device, sizes in data["totals"].items():
-        if len(sizes) != ranks:
-            raise ValueError(f"{where} totals {device}: {len(sizes)} sizes for {ranks} ranks")
-
-
-MERGED_TENSOR_REPORT = Obj(
-    "merged_tensor_report",
-    {
-        "ranks": List(RANK),
-        "world_size": WORLD,
-        "rows": List(
-            Obj(
-                "merged_tensor_report row {i}",
-                {
-                    "name": TEXT,
-                    "device": TEXT,
-                    "shape": Either(List(SIGNED), TEXT),
-                    "dtype": TEXT,
-                    "bytes": List(BYTES),
-                },
-            )
-        ),
-        "totals": Map(List(BYTES)),
-    },
-    rules=(_unique_ranks, _one_size_per_rank),
-)
-
-# -- the tracker, the estimate, a test's memory -----------------------------------------------
-
-TRACKER = Obj(
-    "tracker",
-    {
-        "rows": List(
-            Obj(
-                "tracker row {i}",
-                {
-                    "sign": OneOf("+", "-"),
-                    "count": BYTES,
-                    "shape": TEXT,
-                    "dtype": TEXT,
-                    "bytes": BYTES,
-                    "type": TEXT,
-                    "names": TEXTS,
-                    "line": TEXT,
-                },
-                # files saved before the storage's own bytes were kept lack it
-                optional={"storage_bytes": BYTES},
-            )
-        ),
-        "total_bytes": BYTES,
-        "allocated_bytes": BYTES,
-        "tensors": BYTES,
-        "where": TEXT,
-        "strategy": TEXT,
-        "incomplete": Opt(TEXT),
-        "seconds": Map(SECONDS),
-        "detail": Bool(),
-        "stamp": Opt(TEXT),
-    },
-    optional={"total_storage_bytes": BYTES},
-)
-
+# -- the estimate, a test's memory -------------------------------------------------------------
 
 def _activation_at_peak(data: dict[str, Any], where: str) -> None:
     if "activation" not in data["peak_by_category"]:
@@ -451,9 +328,6 @@ MONITOR = Obj(
 SCHEMAS: dict[str, Obj] = {
     "line_profile": LINE_PROFILE,
     "merged_line_profile": MERGED_LINE_PROFILE,
-    "tensor_report": TENSOR_REPORT,
-    "merged_tensor_report": MERGED_TENSOR_REPORT,
-    "tracker": TRACKER,
     "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
     "monitor": MONITOR,

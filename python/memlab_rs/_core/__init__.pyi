@@ -8,10 +8,11 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex, final
 
-import numpy as np
-
+from . import merged_tensor_report as merged_tensor_report
+from . import tensor_report as tensor_report
 from . import test_memory as test_memory
 from . import trace as trace
+from . import tracker as tracker
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
@@ -23,11 +24,9 @@ __all__ = [
     "MonitorRowNames",
     "MonitorSource",
     "MonitorTensors",
-    "ReportTable",
     "SavedHeld",
     "SavedTensorHooks",
     "ThreadTracer",
-    "TrackerCore",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -76,16 +75,16 @@ __all__ = [
     "_set_cpu_glue",
     "_set_cpu_tracking",
     "_trace_new_thread",
-    "_tracker_html",
     "check_result_json",
-    "collect_report",
     "driver_available",
     "driver_device_memory",
+    "merged_tensor_report",
     "parse_size",
     "readable_size",
+    "tensor_report",
     "test_memory",
     "trace",
-    "render_tracker_block",
+    "tracker",
     "tracked_tensors",
 ]
 __version__: str
@@ -107,10 +106,6 @@ def driver_available() -> bool:
 def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
     """(used, total) bytes on a device by all processes, or None; never creates a context."""
 
-# reporter/
-def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) -> ReportTable:
-    """Walk gc and build a report of every tensor Python can reach."""
-
 # gc_walk/
 def tracked_tensors(
     held: Sequence[Any] = ..., resume: bool = ...
@@ -127,66 +122,6 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
 
 def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
-
-@final
-class TrackerCore:
-    """The tensor diff tracker's state: the groups of the last call, no tensor."""
-
-    def __init__(self, device: str) -> None: ...
-    def track(self, named: Sequence[tuple[Any, str]]) -> dict[str, Any]: ...
-    def reset(self) -> None: ...
-
-def render_tracker_block(
-    rows: Sequence[dict[str, Any]],
-    detail: bool,
-    place: str,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    stamp: str | None = ...,
-) -> str:
-    """One track()'s log text in the original's layout (header first when ``stamp``)."""
-
-def _tracker_html(
-    rows: Sequence[dict[str, Any]],
-    place: str,
-    tensor_storage_bytes: int,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    incomplete: str | None = ...,
-) -> str:
-    """One track() as an HTML table: every row (storage and allocator bytes), the place, the
-    totals, the note."""
-
-@final
-class ReportTable:
-    @property
-    def walk_strategy(self) -> str: ...
-    @property
-    def walk_stats(self) -> dict[str, Any]: ...
-    @property
-    def incomplete(self) -> str | None: ...
-    def with_cuda(
-        self,
-        device: str,
-        allocated: int,
-        requested: int | None = None,
-        reserved: int | None = None,
-    ) -> ReportTable: ...
-    def view(
-        self,
-        devices: Sequence[str] | None = None,
-        sort_by: str | None = None,
-        top: int | None = None,
-    ) -> ReportTable: ...
-    def devices(self) -> list[str]: ...
-    def text(self, verbose: bool = False) -> str: ...
-    def html(self) -> str: ...
-    def json(self) -> str: ...
-    def sections(self) -> list[dict[str, Any]]: ...
-    def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
-    def data(self) -> dict[str, Any]: ...
-    @staticmethod
-    def from_data(data: dict[str, Any]) -> ReportTable: ...
 
 # line_profiler/
 @final

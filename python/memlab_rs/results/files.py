@@ -282,7 +282,7 @@ def _import_kinds() -> None:
 #: not name the module).
 _KIND_MODULES = (
     "line_result",
-    "reporter",
+    "tensor_report",
     "tracker",
     "estimate",
     "monitor_result",

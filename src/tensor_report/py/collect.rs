@@ -1,4 +1,6 @@
-//! The gc walk: every tensor Python can reach, in a useful order, with its name.
+//! The tensor report's collector, the gc walk: every tensor Python can reach, in a useful
+//! order, with its name. It reads Python objects, hence its place in `py/`; what leaves it
+//! is plain records (`TensorFacts`) and how the walk went (`WalkStats`).
 //!
 //! Order: the tensors the caller named (the model's parameters and buffers, optimizer
 //! state), then every other tensor in gc order. Each parameter's `.grad` follows its
@@ -14,6 +16,7 @@ use pyo3::prelude::*;
 
 use crate::gc_walk::facts::{FactReader, TensorFacts};
 use crate::gc_walk::{self, Strategy};
+use crate::tensor_report::result::Walk;
 
 /// How a walk went: where the objects came from, whether it may have missed some, and
 /// where the time went.
@@ -24,6 +27,18 @@ pub struct WalkStats {
     pub tensors: usize,
     pub walk_seconds: f64,
     pub facts_seconds: f64,
+}
+
+impl WalkStats {
+    /// What a report keeps of it (`incomplete` goes beside it).
+    pub fn walk(&self) -> Walk {
+        Walk {
+            strategy: self.strategy.name().to_owned(),
+            tensors: self.tensors as u64,
+            walk_seconds: self.walk_seconds,
+            facts_seconds: self.facts_seconds,
+        }
+    }
 }
 
 /// Walk gc and return facts for every reachable tensor. `named` holds (tensor, name) pairs

@@ -1,8 +1,9 @@
 """MemReporter: every tensor Python can reach, by device, each storage counted once.
 
 A drop-in for ``pytorch_memlab.MemReporter`` with correct numbers. The walk, the storage
-dedup and the rendering run in Rust (``memlab_rs._core``); this module gathers names from
-the model and optimizers and the CUDA allocator's figures.
+dedup, the views and the rendering run in Rust (``_core.tensor_report``); this module gathers
+names from the model and optimizers and the CUDA allocator's figures, and hands the report
+over as data (``MemoryReport``).
 """
 
 from __future__ import annotations
@@ -10,144 +11,12 @@ from __future__ import annotations
 import json
 import operator
 import weakref
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import torch
 
-from . import _args, _core, _torch, results
-
-DeviceLike = Union[torch.device, str, int]
-
-
-@dataclass(frozen=True)
-class TensorRow:
-    """One row of a report: a tensor, or one part of a sparse tensor."""
-
-    name: str
-    device: str
-    shape: tuple | str
-    dtype: str
-    numel: int
-    #: Bytes charged to this row: the storage as allocated (CUDA rounds up to 512 bytes),
-    #: or 0 when another row already owns the storage.
-    bytes: int
-    #: The storage's own size, before allocator rounding.
-    storage_bytes: int
-    #: Name of the row that owns the shared storage, if any.
-    shared_with: str | None
-
-
-class MemoryReport(results.SavedResult):
-    """The result of ``MemReporter.collect()``: plain data, no reference to any tensor.
-
-    Prints as pytorch_memlab's table, renders as HTML in Jupyter, exports to JSON and pandas,
-    and saves as a ``tensor_report`` result file (``save``; ``memlab_rs.load`` reads it
-    back, rendering exactly the same).
-
-    >>> import os, tempfile, torch, memlab_rs
-    >>> w = torch.zeros(256, 1024)
-    >>> report = memlab_rs.MemReporter().collect(device="cpu")
-    >>> report.total_bytes("cpu") >= 1 << 20
-    True
-    >>> path = os.path.join(tempfile.mkdtemp(), "report.json")
-    >>> report.save(path)
-    >>> memlab_rs.load(path).to_text() == report.to_text()
-    True
-    """
-
-    kind = "tensor_report"
-
-    def __init__(self, table: Any, verbose: bool = False, meta: dict[str, Any] | None = None):
-        self._table = table
-        self.verbose = verbose
-        #: Where and when the report was made (``results.run_meta``); ``device`` is the
-        #: device asked for, None when the report covers every device.
-        self.meta = results.run_meta(None) if meta is None else meta
-
-    @property
-    def devices(self) -> list[str]:
-        """Devices in report order."""
-        return self._table.devices()
-
-    @property
-    def rows(self) -> list[TensorRow]:
-        """Every row, device by device."""
-        cols = self._table.columns()
-        rows = []
-        for i in range(len(cols["name"])):
-            fields: dict[str, Any] = {key: cols[key][i] for key in _ROW_FIELDS}
-            for key in _INT_COLUMNS:
-                fields[key] = int(fields[key])
-            rows.append(TensorRow(**fields))
-        return rows
-
-    def sections(self) -> list[dict]:
-        """Per-device totals: bytes, numel, and on CUDA the allocator's figures and the
-        remainder split into ``unseen_tensors`` and ``rounding``."""
-        return self._table.sections()
-
-    def total_bytes(self, device: DeviceLike) -> int:
-        """Bytes charged to the tensors listed on ``device`` (0 if none)."""
-        key = _torch.device_key(device)
-        return next((s["total_bytes"] for s in self.sections() if s["device"] == key), 0)
-
-    def to_text(self, verbose: bool | None = None) -> str:
-        """pytorch_memlab's table as a string (under a line naming the rank, for a report
-        made in a job of several processes)."""
-        text = self._table.text(bool(self.verbose if verbose is None else verbose))
-        heading = results.rank_heading(self.meta)
-        return text if heading is None else f"# {heading}\n\n{text}"
-
-    def to_json(self, path: str | None = None) -> str:
-        """The report as JSON (also written to ``path`` when given)."""
-        return results.write_text(self._table.json(), path)
-
-    def to_dict(self) -> dict:
-        """The report as nested dicts and lists (the JSON document, parsed)."""
-        return json.loads(self._table.json())
-
-    def to_dataframe(self):
-        """The rows as a pandas DataFrame (``pip install memlab_rs[pandas]``)."""
-        try:
-            import pandas as pd
-        except ImportError as e:
-            raise ImportError(
-                "MemoryReport.to_dataframe() needs pandas: pip install 'memlab_rs[pandas]'"
-            ) from e
-        return pd.DataFrame(self._table.columns())
-
-    def text(self, verbose: bool | None = None) -> str:
-        """The same as ``to_text``: the name every result's text has."""
-        return self.to_text(verbose)
-
-    def html(self) -> str:
-        """The table as HTML (Jupyter's display), under the rank's heading in a job of
-        several processes."""
-        html = self._table.html()
-        heading = results.rank_heading(self.meta)
-        if heading is None:
-            return html
-        from html import escape
-
-        return f"<p><b>{escape(heading)}</b></p>\n{html}"
-
-    def to_data(self) -> dict[str, Any]:
-        """The report as JSON values (a saved file's ``data``): ``verbose``, ``sections``
-        (rows, totals, omitted rows, CUDA figures), ``incomplete`` and ``walk``."""
-        return {"verbose": self.verbose, **self._table.data()}
-
-    @classmethod
-    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryReport:
-        """The report from a saved file's ``data`` and ``meta`` (checked by ``load``
-        against ``_result_schema.TENSOR_REPORT``)."""
-        return cls(_core.ReportTable.from_data(data), verbose=data["verbose"], meta=meta)
-
-
-results.register("tensor_report", MemoryReport.from_data)
-
-_ROW_FIELDS = ("name", "device", "shape", "dtype", "numel", "bytes", "storage_bytes", "shared_with")
-_INT_COLUMNS = ("numel", "bytes", "storage_bytes")
+from .. import _args, _core, _torch, results
+from .result import DeviceLike, MemoryReport
 
 
 class MemReporter:
@@ -185,8 +54,10 @@ class MemReporter:
         self._optimizers: list[weakref.ref] = []
         self.pre_collect = pre_collect
         # pytorch_memlab's three-step API: collect_tensor() -> get_stats() -> print_stats().
-        self._collected: Any = None  # the table of the last collect_tensor(), not yet used
-        self._stats: Any = None  # the table get_stats() or report() turned into stats
+        # The report data (JSON) of the last collect_tensor(), not yet used, and the one
+        # get_stats() or report() turned into stats.
+        self._collected: str | None = None
+        self._stats: str | None = None
         self._device_tensor_stat: dict | None = {}
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -221,14 +92,15 @@ class MemReporter:
                 named.extend(_torch.optimizer_tensor_names(optimizer, param_names))
         return named
 
-    def _table(self) -> Any:
-        """Walk now: every device, CUDA figures added, no view applied."""
-        table = _core.collect_report(self._named_tensors(), self.pre_collect)
-        cuda_devices = [d for d in table.devices() if d.startswith("cuda")]
+    def _table(self) -> str:
+        """Walk now: the report's data (JSON) of every device, CUDA figures added, no view
+        applied."""
+        data, cuda_devices = _core.tensor_report.collect(self._named_tensors(), self.pre_collect)
         cuda_devices += [d for d in _torch.cuda_devices_with_memory() if d not in cuda_devices]
-        for dev in cuda_devices:
-            table = table.with_cuda(dev, *_torch.cuda_allocator_figures(dev))
-        return table
+        if cuda_devices:
+            figures = [(d, *_torch.cuda_allocator_figures(d)) for d in cuda_devices]
+            data = _core.tensor_report.with_cuda(data, figures)
+        return data
 
     def collect(
         self,
@@ -245,9 +117,9 @@ class MemReporter:
         covering every tensor; ``verbose`` is read as a truth value.
         """
         wanted, top = _view_arguments(device, top, sort_by=sort_by)
-        table = self._table().view(wanted, sort_by, top)
+        data = _core.tensor_report.view(self._table(), wanted, sort_by, top, bool(verbose))
         meta = results.run_meta(wanted[0] if wanted else None)
-        return MemoryReport(table, verbose=bool(verbose), meta=meta)
+        return MemoryReport._from_json(data, meta)
 
     def report(
         self,
@@ -271,10 +143,11 @@ class MemReporter:
         """
         wanted, top = _view_arguments(device, top, sort_by=sort_by)
         table = self._table()
-        shown = table.view(wanted, sort_by, top)  # checks sort_by before anything is kept
+        # checks sort_by before anything is kept
+        shown = _core.tensor_report.view(table, wanted, sort_by, top, bool(verbose))
         self._collected = None
         self._use_stats(table)
-        print(shown.text(bool(verbose)), end="")
+        print(_text(shown), end="")
 
     def collect_tensor(self) -> None:
         """pytorch_memlab's first step: find every tensor now (``get_stats()`` turns them
@@ -316,9 +189,10 @@ class MemReporter:
         if self._stats is None:
             print(_HEADER)
             return
-        print(self._stats.view(wanted, None, None).text(bool(verbose)), end="")
+        shown = _core.tensor_report.view(self._stats, wanted, None, None, bool(verbose))
+        print(_text(shown), end="")
 
-    def _use_stats(self, table: Any) -> None:
+    def _use_stats(self, table: str | None) -> None:
         self._stats = table
         self._device_tensor_stat = None if table is not None else {}
 
@@ -335,6 +209,11 @@ class MemReporter:
 
 
 _HEADER = "Element type                                            Size  Used MEM"
+
+
+def _text(data: str) -> str:
+    """pytorch_memlab's table of a report's data, as ``report()`` prints it."""
+    return _core.tensor_report.render(data, "text", "{}")
 
 
 def _weak_names(model: torch.nn.Module) -> list[tuple[weakref.ref, str]]:
@@ -379,18 +258,19 @@ def _view_arguments(
     return wanted, top
 
 
-def _device_tensor_stat(table: Any) -> dict[torch.device, list[tuple[str, Any, int, int]]]:
-    """pytorch_memlab's per-device ``(name, size, numel, memory)`` lists from a table."""
+def _device_tensor_stat(table: str | None) -> dict[torch.device, list[tuple[str, Any, int, int]]]:
+    """pytorch_memlab's per-device ``(name, size, numel, memory)`` lists from a report's
+    data."""
     out: dict[torch.device, list[tuple[str, Any, int, int]]] = {}
     if table is None:
         return out
-    cols = table.columns()
-    for i, name in enumerate(cols["name"]):
-        shape = cols["shape"][i]
-        if shape == ():
-            shape = (1,)
-        owner = cols["shared_with"][i]
-        label = name if owner is None else f"{name}(->{owner})"
-        stat = (label, shape, int(cols["numel"][i]), int(cols["bytes"][i]))
-        out.setdefault(torch.device(cols["device"][i]), []).append(stat)
+    for section in json.loads(table)["sections"]:
+        for row in section["rows"]:
+            shape: Any = row["shape_text"] if row["shape"] is None else tuple(row["shape"])
+            if shape == ():
+                shape = (1,)
+            owner = row["shared_with"]
+            label = row["name"] if owner is None else f"{row['name']}(->{owner})"
+            stat = (label, shape, int(row["numel"]), int(row["bytes"]))
+            out.setdefault(torch.device(row["device"]), []).append(stat)
     return out
