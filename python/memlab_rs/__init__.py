@@ -9,18 +9,21 @@ from ._core import __version__ as __version__  # Cargo.toml's, the one source
 from ._core import parse_size, readable_size
 from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
 from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
-from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
-from .line_result import LineProfileResult
-from .merge import MergedLineProfile, MergedTensorReport
-from .monitor import MemoryMonitor, memory_profiler
-from .monitor_result import MonitorResult
-from .profile import (
+from .line_profiler import (
+    DEFAULT_COLUMNS,
+    LineProfiler,
+    LineProfileResult,
+    LineRecordsDisplay,
+    MergedLineProfile,
     clear_global_line_profiler,
     global_line_profiler,
     profile,
     profile_every,
     set_target_gpu,
 )
+from .merge import MergedTensorReport
+from .monitor import MemoryMonitor, memory_profiler
+from .monitor_result import MonitorResult
 from .reporter import MemoryReport, MemReporter, TensorRow
 from .results import load
 from .results.diff import ResultDiff, diff_results

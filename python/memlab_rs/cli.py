@@ -7,7 +7,7 @@
     memlab-rs merge FILE ... [-o MERGED] [--format text|html|json|csv]
 
 This module parses arguments and dispatches; running the script is ``_runner``'s job,
-finding ``--line`` functions ``_line_targets``', merging and diffing ``merge``'s and
+finding ``--line`` functions ``line_profiler.targets``', merging and diffing ``merge``'s and
 ``diff``'s, rendering the result classes'. An error is one line on stderr
 (``memlab-rs <command>: error: ...``) and exit status 2; ``diff --fail-over`` exits 1 on
 a regression; ``run`` exits with the script's own status.
@@ -382,7 +382,7 @@ def _render(result: Any, methods: tuple[str, ...], view: dict[str, Any]) -> str:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .line_result import DEFAULT_COLUMNS
+    from .line_profiler import DEFAULT_COLUMNS
     from .results.diff import diff_results
 
     columns = _columns(args)

@@ -95,7 +95,10 @@ mod tests {
             short("/home/ana/proj", "/home/ana/proj/models/gpt.py"),
             "models/gpt.py"
         );
-        assert_eq!(short("/home/ana/proj/", "/home/ana/proj/train.py"), "train.py");
+        assert_eq!(
+            short("/home/ana/proj/", "/home/ana/proj/train.py"),
+            "train.py"
+        );
         assert_eq!(
             short("/home/ana/proj", "/home/ana/project/train.py"),
             "/home/ana/project/train.py"

@@ -19,7 +19,14 @@ import pytest
         "memlab_rs._trace_names",
         "memlab_rs.estimate",
         "memlab_rs.results",
-        "memlab_rs.line_result",
+        "memlab_rs.line_profiler.columns",
+        "memlab_rs.line_profiler.code",
+        "memlab_rs.line_profiler.view",
+        "memlab_rs.line_profiler.display",
+        "memlab_rs.line_profiler.result",
+        "memlab_rs.line_profiler.profiler",
+        "memlab_rs.line_profiler.merged",
+        "memlab_rs.line_profiler.diff",
         "memlab_rs.tracker",
         "memlab_rs.monitor_result",
         "memlab_rs._trace_saved",
@@ -28,7 +35,7 @@ import pytest
         "memlab_rs.results.diff",
         "memlab_rs.results.merge",
         "memlab_rs.cli",
-        "memlab_rs._line_targets",
+        "memlab_rs.line_profiler.targets",
         "memlab_rs._runner",
         "memlab_rs._profiled_run",
         "memlab_rs.pytest_plugin",
@@ -54,7 +61,10 @@ def test_docstring_examples(module):
     assert runner.failures == 0
 
 
-@pytest.mark.parametrize("module", ["memlab_rs.merge", "memlab_rs.results.diff"])
+@pytest.mark.parametrize(
+    "module",
+    ["memlab_rs.line_profiler.merged", "memlab_rs.line_profiler.diff", "memlab_rs.results.diff"],
+)
 def test_line_profile_examples_hold_whatever_else_is_alive(module):
     """Their figures are what a line allocated, which no other CPU tensor alive in the process
     changes (a line's peak counts every live storage, as on CUDA: another test module's

@@ -119,7 +119,7 @@ def cli(*args: str, cwd: Path, timeout: float = 180, **options) -> subprocess.Co
 
 
 # The module behind @profile (the package's `profile` is the decorator).
-PROFILE_MODULE = sys.modules["memlab_rs.profile"]
+PROFILE_MODULE = sys.modules["memlab_rs.line_profiler.global_profiler"]
 
 
 def interpreter_state() -> dict[str, object]:

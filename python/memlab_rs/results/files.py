@@ -281,7 +281,7 @@ def _import_kinds() -> None:
 #: ``memlab_rs.estimate`` the attribute is the function, so ``from . import estimate`` would
 #: not name the module).
 _KIND_MODULES = (
-    "line_result",
+    "line_profiler",
     "reporter",
     "tracker",
     "estimate",
