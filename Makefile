@@ -52,11 +52,18 @@ test: build lint
 	$(BIN)/nox -s wheel
 	$(BIN)/python .ci/nox_lanes.py $(NOX_ARGS)
 
+# The layering checks: arrows point down (CONTRIBUTING.md, "Architecture"). lint-imports
+# (import-linter) reads pyproject.toml's contracts and the sources under python/ (PYTHONPATH:
+# not the installed wheel, which may be older than the sources).
 lint: $(DEPS)
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	$(BIN)/ruff check python tests bench docs
 	$(BIN)/python -m mypy python/memlab_rs python/pytest_memlab_rs
+	PYTHONPATH=python $(BIN)/lint-imports --no-cache --no-logo
+# src/'s layering (.ci/rust_layers.py) is off while the rooms' conversions (issue 21) fix what it
+# still reports in the rooms not converted yet: put it back once it reports nothing.
+#	$(BIN)/python .ci/rust_layers.py
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import memlab_rs
 import memlab_rs.trace
-from memlab_rs import ipython as magics
+from memlab_rs.integrations import ipython as magics
 
 OUT = Path(__file__).with_name("api.md")
 # The magic's docstring also carries argparse's help, whose layout changes between Python

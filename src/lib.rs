@@ -79,6 +79,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<monitor::saved::SavedTensorHooks>()?;
     m.add_class::<monitor::saved::SavedHeld>()?;
     m.add_class::<monitor::live::MonitorTensors>()?;
+    m.add_class::<monitor::gradients::GradientLog>()?;
+    m.add_class::<monitor::gradients::GradientNodeHook>()?;
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
     m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;

@@ -11,20 +11,28 @@ the original function before the monitor started (``from torch.autograd import b
 is not seen (docs/guide.md).
 
 A backward started inside another (reentrant checkpointing runs one in its backward) is
-part of the outer one: a listener already in backward ignores it. The wrappers are
+part of the outer one: a listener already in backward ignores it. A backward that
+``torch.compile`` traces (AOTAutograd calls ``torch.autograd.grad`` on fake and functional
+tensors while it compiles a forward) allocates nothing and is not passed on. The wrappers are
 installed while any listener is registered; when the last one leaves, the originals are put
 back, unless something else wrapped them since, in which case ours stay, passing through.
 Listeners are held weakly: a monitor dropped without ``stop()`` is not kept alive by this.
 
+Each listener hears the backward's roots: the autograd node of each tensor it starts from
+(None for a tensor without one), where a listener can put hooks for that backward.
+
 >>> import torch
 >>> from memlab_rs import _backward_calls
 >>> class Printer:
-...     def backward_start(self): print("start"); return True
-...     def backward_end(self): print("end")
+...     def backward_start(self, roots):
+...         print("start", [type(r).__name__ for r in roots])
+...         return True
+...     def backward_end(self):
+...         print("end")
 >>> p = Printer()
 >>> _backward_calls.add(p)
 >>> torch.ones(2, requires_grad=True).sum().backward()
-start
+start ['SumBackward0']
 end
 >>> _backward_calls.remove(p)
 """
@@ -32,6 +40,7 @@ end
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Protocol
@@ -40,9 +49,10 @@ import torch
 
 
 class Listener(Protocol):
-    def backward_start(self) -> bool:
-        """A backward pass starts; True if this listener treats it as a boundary (then
-        ``backward_end`` is called when it returns)."""
+    def backward_start(self, roots: list[Any]) -> bool:
+        """A backward pass starts from ``roots`` (autograd nodes, None for a tensor without
+        one); True if this listener treats it as a boundary (then ``backward_end`` is called
+        when it returns)."""
 
     def backward_end(self) -> None:
         """The backward pass that ``backward_start`` accepted has returned."""
@@ -59,7 +69,11 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with _lock:
             listeners = [listener() for listener in _listeners]
-        started = [x for x in listeners if x is not None and x.backward_start()]
+        start = args[0] if args else kwargs.get(_FIRST[name])
+        if _traced(start):
+            return original(*args, **kwargs)
+        roots = _roots(start)
+        started = [x for x in listeners if x is not None and x.backward_start(roots)]
         try:
             return original(*args, **kwargs)
         finally:
@@ -68,6 +82,41 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__memlab_rs_wrapper__ = name  # type: ignore[attr-defined]
     return wrapper
+
+
+# The parameter a backward starts from: torch.autograd.backward's and grad's first.
+_FIRST = {"backward": "tensors", "grad": "outputs"}
+
+
+def _roots(start: Any) -> list[Any]:
+    """The autograd node of each tensor (or ``GradientEdge``) a backward starts from."""
+    items = start if isinstance(start, (list, tuple)) else [start]
+    return [
+        item.grad_fn if isinstance(item, torch.Tensor) else getattr(item, "node", None)
+        for item in items
+    ]
+
+
+_is_compiling: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_compiling", lambda: False
+)
+
+
+def _traced(start: Any) -> bool:
+    """Whether this backward is torch.compile tracing one: while compiling (newer torch
+    says so), or from a fake or functional tensor (older torch does not say)."""
+    if _is_compiling():
+        return True
+    items = start if isinstance(start, (list, tuple)) else [start]
+    kinds = [
+        getattr(sys.modules.get(module), name, None)
+        for module, name in (
+            ("torch._subclasses.fake_tensor", "FakeTensor"),
+            ("torch._subclasses.functional_tensor", "FunctionalTensor"),
+        )
+    ]
+    tracing = tuple(k for k in kinds if isinstance(k, type))
+    return bool(tracing) and any(isinstance(item, tracing) for item in items)
 
 
 def add(listener: Listener) -> None:

@@ -60,6 +60,8 @@ def baseline() -> tuple[list[tuple[int, int]], list[Any]]:
             if tensor.device.type != "cpu" or tensor.is_pinned():
                 continue  # pinned memory comes from the CUDA host allocator
             storage = tensor.untyped_storage()
+            if storage.device.type != "cpu":
+                continue  # a fake tensor (torch.compile's, the estimate's): no memory
             address = storage.data_ptr()
             nbytes = storage.nbytes()
             if nbytes == 0 or address in seen or storage.is_shared():

@@ -97,6 +97,10 @@ def _check_schema(snapshot: dict[str, Any]) -> None:
                     f"snapshot['segments'][{s}]['blocks'][{b}] has no "
                     f"{', '.join(map(repr, lacking))}"
                 )
+            if "address" in block and not isinstance(block["address"], int):
+                raise ValueError(
+                    f"snapshot['segments'][{s}]['blocks'][{b}]['address'] is not an int"
+                )
             if "address" in block and block["address"] != offset:
                 raise ValueError(
                     f"snapshot['segments'][{s}]['blocks'][{b}] starts at {block['address']:#x} "

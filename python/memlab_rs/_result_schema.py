@@ -212,6 +212,8 @@ TRACKER = Obj(
                     "names": TEXTS,
                     "line": TEXT,
                 },
+                # files saved before the storage's own bytes were kept lack it
+                optional={"storage_bytes": BYTES},
             )
         ),
         "total_bytes": BYTES,
@@ -224,6 +226,7 @@ TRACKER = Obj(
         "detail": Bool(),
         "stamp": Opt(TEXT),
     },
+    optional={"total_storage_bytes": BYTES},
 )
 
 
@@ -297,7 +300,7 @@ def _monitor_row() -> dict[str, Spec]:
         "feature_maps_from": Opt(SIGNED),
         "weight_usage": SIGNED,
         "weight_gradient_usage": SIGNED,
-        "intermediate_gradients": SIGNED,
+        "intermediate_gradients": Opt(SIGNED),  # None where not measured
         "optimizer_state_usage": Opt(SIGNED),
         "peak_allocated": SIGNED,
         "peak_window": TEXT,

@@ -263,18 +263,15 @@ class Courtesy:
         moved_bytes = 0
         with torch.no_grad():
             for (storage, owners), (record, offset) in zip(storages, placed):
+                # A storage of its own on its bytes of the buffer (it keeps the buffer
+                # alive), not the buffer itself: torch.save, pickle and deepcopy of a
+                # yielded tensor then take its bytes alone, in its own dtype.
+                own = host_storage[offset : offset + storage.nbytes()]
                 entries = []
                 for tensor in owners:
-                    element = tensor.element_size()
                     shape = (tensor.storage_offset(), tensor.size(), tensor.stride())
                     entries.append((weakref.ref(tensor), *shape))
-                    _repoint(
-                        tensor,
-                        host_storage,
-                        offset // element + tensor.storage_offset(),
-                        tensor.size(),
-                        tensor.stride(),
-                    )
+                    _repoint(tensor, own, *shape)
                 self._moved[record] = (storage.device, entries)
                 moved_bytes += storage.nbytes()
         count = len(storages)
@@ -309,7 +306,7 @@ class Courtesy:
             keys = {t.untyped_storage()._cdata for t in self._only}
             tensors = [t for t in tensors if t.layout == torch.strided]
             tensors = [t for t in tensors if t.untyped_storage()._cdata in keys]
-        ours = {b.untyped_storage()._cdata for b in self._buffers}
+        ours = [(b.data_ptr(), b.data_ptr() + b.untyped_storage().nbytes()) for b in self._buffers]
         for tensor in tensors:
             device = tensor.device
             if not self._wanted(device):
@@ -322,8 +319,10 @@ class Courtesy:
                     unmovable.setdefault(str(device), []).append(described)
                 continue
             storage = tensor.untyped_storage()
-            if storage.nbytes() == 0 or storage._cdata in ours:
-                continue  # empty, or already in our host buffers
+            if storage.nbytes() == 0 or (
+                device.type == "cpu" and any(lo <= storage.data_ptr() < hi for lo, hi in ours)
+            ):
+                continue  # empty, or already in our host buffers (a storage on their bytes)
             groups.setdefault(storage._cdata, (storage, []))[1].append(tensor)
         return groups, unmovable
 

@@ -33,6 +33,10 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   measured iteration's turns the hooks on at once; any other difference leaves that
   iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
   ``feature_maps="every"`` keeps the hooks on throughout.
+- Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
+  on every node of its graph (``_core.GradientLog``, ``src/monitor/gradients.rs``) and its
+  end takes them off: a node's hook logs the gradients it received and returned, weakly,
+  and samples which are alive; those that go to a leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
   (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
@@ -51,7 +55,7 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _backward_calls, _core, _torch, results
+from . import _backward_calls, _core, _module_hooks, _torch, results
 from ._categories import CATEGORIES
 from .monitor_result import MonitorResult
 
@@ -170,6 +174,13 @@ class MemoryMonitor:
         self._peak_reserved = 0
         self._backwards = 0
         self._grads: list[int] = []  # per row, at the last backward end
+        # Intermediate gradients: the watch of the backward running (measured iterations
+        # only), the most seen in this iteration's backwards, and the figure recorded.
+        self._grad_log: Any = None
+        self._grad_handles: list[Any] = []
+        self._intermediate = 0
+        self._intermediate_incomplete = False
+        self._intermediate_figure: int | None = None
         self._source: Any = _core.MonitorSource(self._device)
         # The record every rendering reads (text, CSV, plots): it shares ``records`` and
         # ``_details``, so ``result()`` is a copy of it, and a loaded result renders alike.
@@ -187,7 +198,10 @@ class MemoryMonitor:
         if verbose:
             self._install_module_hooks()
         if not self._every:
-            handle = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+            # A hook of ours: left out of the model's state (deepcopy, pickle, torch.save).
+            handle = _module_hooks.register_forward_pre_hook(
+                model, self._on_forward, with_kwargs=True
+            )
             self._handles.append(handle)
         _backward_calls.add(self)
         self._refresh_model_tensors()
@@ -235,8 +249,15 @@ class MemoryMonitor:
             if self._stopped:
                 return
             self._stopped = True
-            self._pop_hooks()  # when it cannot, the pair left is inert: it only chains
+            if not self._pop_hooks() and self._pushed_on is not None:
+                # Left on: inert (it only chains) until it surfaces, and is popped then.
+                _left_inert(self._pushed_on, self._pack, self._unpack)
             _backward_calls.remove(self)
+            for handle in self._grad_handles:
+                handle.remove()
+            if self._grad_log is not None:
+                self._grad_log.close()
+            self._grad_log, self._grad_handles = None, []
             for handle in self._handles:
                 handle.remove()
             self._handles = []
@@ -304,6 +325,7 @@ class MemoryMonitor:
         tensors are logged from now on, until ``_pop_hooks``."""
         if self._pushed_on is not None:
             return
+        _pop_inert()
         outer = _top_hooks()
         self._hooks.chain(outer)
         self._chains = outer is not None
@@ -325,6 +347,7 @@ class MemoryMonitor:
             return False  # another thread's stack, or a pair pushed over ours: left on
         _autograd._pop_saved_tensors_default_hooks()
         self._pushed_on = None
+        _pop_inert()
         return True
 
     def _install_module_hooks(self) -> None:
@@ -340,8 +363,9 @@ class MemoryMonitor:
                 if stack:
                     stack.pop()
 
-            self._handles.append(module.register_forward_pre_hook(pre))
-            self._handles.append(module.register_forward_hook(post, always_call=True))
+            add = _module_hooks.register_forward_pre_hook(module, pre)
+            end = _module_hooks.register_forward_hook(module, post, always_call=True)
+            self._handles += [add, end]
 
     def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook (``feature_maps="auto"``): note the call's key, and
@@ -363,11 +387,16 @@ class MemoryMonitor:
                 self._start_measuring()
                 self._measured = n == 1 and self._windows == []
 
-    def backward_start(self) -> bool:
-        """A backward pass starts (``_backward_calls``): a boundary, unless one runs."""
+    def backward_start(self, roots: list[Any]) -> bool:
+        """A backward pass starts from ``roots`` (``_backward_calls``): a boundary, unless
+        one runs. In a measured iteration its gradients are watched (``_core.GradientLog``)."""
         with self._lock:
-            if self._stopped or self._phase == "backward":
-                return False  # nested (reentrant checkpointing) or another thread's
+            if self._stopped:
+                return False
+            if self._phase == "backward":  # nested (reentrant checkpointing) or another
+                if self._grad_log is not None:  # thread's: its gradients count too
+                    self._grad_handles += self._grad_log.watch(roots)
+                return False
             allocated, peak, _reserved, peak_reserved, counts = self._source.read()
             end = self._boundary(allocated)
             self._peak_reserved = max(self._peak_reserved, peak_reserved)
@@ -379,6 +408,9 @@ class MemoryMonitor:
             self._start = end
             self._phase = "backward"
             self._backwards += 1
+            if self._pushed_on is not None:  # measured: hooks on the graph's nodes
+                self._grad_log = _core.GradientLog(self._device_index)
+                self._grad_handles = self._grad_log.watch(roots)
             return True
 
     def backward_end(self) -> None:
@@ -394,6 +426,18 @@ class MemoryMonitor:
             self._grads = self._row_grads
             self._start = end
             self._phase = "after"
+            self._end_gradient_watch()
+
+    def _end_gradient_watch(self) -> None:
+        """Take our hooks off the backward's nodes; keep its intermediate gradients."""
+        log, handles = self._grad_log, self._grad_handles
+        self._grad_log, self._grad_handles = None, []
+        for handle in handles:
+            handle.remove()
+        if log is not None:
+            self._intermediate = max(self._intermediate, log.peak())
+            self._intermediate_incomplete |= log.incomplete
+            log.close()  # torch's weak references to the storages go back now
 
     # ----- which iterations are measured ------------------------------------------------
 
@@ -407,8 +451,9 @@ class MemoryMonitor:
         return (windows, counts, tuple(self._keys))
 
     def _settle_activations(self) -> int | None:
-        """At a record: the step whose saved-tensor figures this iteration shows (its own
-        when measured), or None when they are unknown; and whether to measure the next."""
+        """At a record: the step whose measured figures (saved tensors, intermediate
+        gradients) this iteration shows (its own when measured), or None when they are
+        unknown; and whether to measure the next."""
         signature = self._signature()
         step = len(self.records) + 1
         if self._measured:
@@ -423,7 +468,10 @@ class MemoryMonitor:
                 self._modules,
                 step,
                 self._chained_now,
+                self._intermediate,
+                self._intermediate_incomplete,
             )
+            self._intermediate_figure = self._intermediate
             if stable and not self._every:
                 self._pop_hooks()  # left on (another thread, a pair over ours): measures on
             return step
@@ -434,8 +482,11 @@ class MemoryMonitor:
             self._feature_maps = cal.feature_maps
             self._modules = list(cal.modules)
             self._chained_now = cal.chained
+            self._intermediate_figure = cal.intermediate
+            self._intermediate_incomplete = cal.intermediate_incomplete
             return cal.step
         self._feature_maps = None
+        self._intermediate_figure = None
         self._modules = []
         for _kind, start, end, _peak in self._windows:
             start[5] = end[5] = 0
@@ -562,11 +613,13 @@ class MemoryMonitor:
         self._peak_reserved = 0
         self._backwards = 0
         self._grads = self._no_grads
+        self._intermediate = 0
+        self._intermediate_incomplete = False
 
     def _finish(self, end: list[int], reserved: int, measured_at: int | None) -> None:
         result = _core._monitor_iteration(self._windows)
         assert result is not None  # record_stats appended a window
-        best, cats, intermediate, inexact = result
+        best, cats, inexact = result
         kind, _start, _end, peak = self._windows[best]
         notice = self._source.notice()
         if inexact:
@@ -581,9 +634,14 @@ class MemoryMonitor:
             )
         if measured_at is None:
             notice = (notice + " " if notice else "") + (
-                "Feature maps were not measured this iteration: its allocations differed "
-                "from those of the last measured one (activations are counted in 'other'). "
-                "The next iteration is measured."
+                "Feature maps were not measured this iteration, nor intermediate gradients: "
+                "its allocations differed from those of the last measured one (activations "
+                "are counted in 'other'). The next iteration is measured."
+            )
+        elif self._intermediate_incomplete:
+            notice = (notice + " " if notice else "") + (
+                "Some gradients had no storage to read (sparse, nested or subclass tensors): "
+                "intermediate gradients leave them out."
             )
         record: dict[str, Any] = {
             "step": len(self.records) + 1,
@@ -595,7 +653,7 @@ class MemoryMonitor:
             "feature_maps_from": measured_at,
             "weight_usage": sum(self._row_bytes),
             "weight_gradient_usage": sum(self._grads),
-            "intermediate_gradients": intermediate,
+            "intermediate_gradients": self._intermediate_figure,
             "optimizer_state_usage": end[4] if self._optimizer is not None else None,
             "peak_allocated": peak,
             "peak_window": kind,
@@ -636,6 +694,8 @@ class _Calibration(NamedTuple):
     modules: list[tuple[str, int]]
     step: int
     chained: bool
+    intermediate: int  # intermediate gradients
+    intermediate_incomplete: bool
 
 
 _SCALARS = (int, float, bool, str, type(None))
@@ -692,6 +752,34 @@ def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:
         if not any(q is p for q in entry[1]):
             entry[1].append(p)
     return [("+".join(n), ps, b) for n, ps, b in by_storage.values()]
+
+
+# The pairs of stopped monitors left on a thread's stack (a pair was over them, or the stop
+# came from another thread), by (thread, pack): inert pass-throughs until they come to the
+# top of that thread's stack, where the next push or pop of a monitor on that thread takes
+# them off. Left there, a later monitor would chain one, and count nothing of what it holds.
+_inert: dict[tuple[int, int], tuple[Any, Any]] = {}
+_inert_lock = threading.Lock()
+
+
+def _left_inert(thread: int, pack: Any, unpack: Any) -> None:
+    with _inert_lock:
+        _inert[(thread, id(pack))] = (pack, unpack)
+
+
+def _pop_inert() -> None:
+    """Pop the stopped monitors' pairs on top of this thread's stack."""
+    thread = threading.get_ident()
+    while True:
+        top = _top_hooks()
+        if top is None:
+            return
+        with _inert_lock:
+            pair = _inert.get((thread, id(top[0])))
+            if pair is None or pair[0] is not top[0] or pair[1] is not top[1]:
+                return
+            del _inert[(thread, id(top[0]))]
+        _autograd._pop_saved_tensors_default_hooks()
 
 
 def _top_hooks() -> tuple[Any, Any] | None:

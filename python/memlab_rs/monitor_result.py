@@ -233,7 +233,9 @@ class MonitorResult(results.SavedResult):
         )
 
 
-def _figures(r: dict[str, Any]) -> tuple[int, int, int, int, int | None, int, int | None]:
+def _figures(
+    r: dict[str, Any],
+) -> tuple[int, int, int, int, int | None, int | None, int | None]:
     return (
         r["iteration"],
         r["epoch"],

@@ -31,8 +31,13 @@ class TrackRow:
     count: int
     shape: str
     dtype: str
-    #: Bytes of the storages that appeared (or vanished) with them, each storage once.
+    #: Bytes the allocator holds for the storages that appeared (or vanished) with them,
+    #: each storage once: on CUDA each rounded up to the caching allocator's 512-byte blocks,
+    #: on the CPU their own bytes.
     bytes: int
+    #: The storages' own bytes (``nbytes()``), each once: what the log prints, as the
+    #: original counts a tensor (numel times the element size).
+    storage_bytes: int
     #: ``str(type(tensor))``, e.g. ``<class 'torch.nn.parameter.Parameter'>``.
     type: str
     #: The model's names of the tensors that appeared (or vanished), when a model is given.
@@ -63,8 +68,12 @@ class TrackResult(results.SavedResult):
     kind: ClassVar[str] = "tracker"
 
     rows: list[TrackRow]
-    #: Bytes of every storage on the device, each once.
+    #: Bytes the allocator holds for every storage on the device, each once (CUDA: in
+    #: 512-byte blocks).
     total_bytes: int
+    #: The own bytes of every storage on the device, each once: the log's "Total Tensor Used
+    #: Memory".
+    total_storage_bytes: int
     #: ``torch.cuda.memory_allocated(device)``; on CPU the same as ``total_bytes``.
     allocated_bytes: int
     #: Live tensors on the device.
@@ -97,6 +106,7 @@ class TrackResult(results.SavedResult):
                 "shape": r.shape,
                 "dtype": r.dtype,
                 "bytes": r.bytes,
+                "storage_bytes": r.storage_bytes,
                 "type": r.type,
                 "names": list(r.names),
             }
@@ -110,7 +120,7 @@ class TrackResult(results.SavedResult):
             self._row_dicts(),
             self.detail,
             self.where,
-            self.total_bytes,
+            self.total_storage_bytes,
             self.allocated_bytes,
             self.stamp,
         )
@@ -119,10 +129,12 @@ class TrackResult(results.SavedResult):
         return text
 
     def html(self) -> str:
-        """The diff as a self-contained HTML table (Jupyter shows it)."""
+        """The diff as a self-contained HTML table (Jupyter shows it): each row's storage
+        bytes (what the log prints) beside the allocator's bytes for them."""
         return _core._tracker_html(
             self._row_dicts(),
             self.where,
+            self.total_storage_bytes,
             self.total_bytes,
             self.allocated_bytes,
             self.incomplete,
@@ -147,6 +159,8 @@ class TrackResult(results.SavedResult):
                 shape=r["shape"],
                 dtype=r["dtype"],
                 bytes=r["bytes"],
+                # files saved before the storage's own bytes were kept: the allocator's
+                storage_bytes=r.get("storage_bytes", r["bytes"]),
                 type=r["type"],
                 names=tuple(r["names"]),
                 line=r["line"],
@@ -156,6 +170,7 @@ class TrackResult(results.SavedResult):
         return cls(
             rows=rows,
             total_bytes=data["total_bytes"],
+            total_storage_bytes=data.get("total_storage_bytes", data["total_bytes"]),
             allocated_bytes=data["allocated_bytes"],
             tensors=data["tensors"],
             where=data["where"],
@@ -264,6 +279,7 @@ class MemTracker:
                 shape=r["shape"],
                 dtype=r["dtype"],
                 bytes=r["bytes"],
+                storage_bytes=r["storage_bytes"],
                 type=r["type"],
                 names=tuple(r["names"]),
                 line=r["line"],
@@ -273,6 +289,7 @@ class MemTracker:
         result = TrackResult(
             rows=rows,
             total_bytes=found["total_bytes"],
+            total_storage_bytes=found["total_storage_bytes"],
             allocated_bytes=allocated,
             tensors=found["tensors"],
             where=where,
@@ -295,8 +312,10 @@ class MemTracker:
             torch.cuda.empty_cache()
 
     def get_tensor_usage(self) -> float:
-        """MiB of the storages on the device, each once (the original's method name)."""
-        return _core.TrackerCore(self.device).track(self._named())["total_bytes"] / 1024**2
+        """MiB of the storages on the device, each once, their own bytes as the log's
+        "Total Tensor Used Memory" (the original's method name)."""
+        found = _core.TrackerCore(self.device).track(self._named())
+        return found["total_storage_bytes"] / 1024**2
 
     def get_allocate_usage(self) -> float:
         """MiB the allocator holds for tensors (``torch.cuda.memory_allocated``)."""

@@ -1,11 +1,11 @@
 """memlab_rs's pytest plugin as pytest loads it: the ``pytest11`` entry point ``memlab_rs``.
 
 pytest imports this module in every run of every project where memlab_rs is installed, so it
-imports neither memlab_rs nor torch (``import memlab_rs`` takes torch's 1.5 s and installs a
-gc callback). It registers the options and the markers, and hands over to
-``memlab_rs.pytest_plugin`` only when asked: ``--memlab`` or ``--memlab-save`` given, or a
-collected test carrying ``limit_memory`` or ``limit_cuda_memory``. Otherwise no hook of
-memlab_rs runs around any test. ``-p no:memlab_rs`` turns it off altogether.
+imports neither memlab_rs's tools nor torch (torch's import takes 1.5 s, and the tools install
+a gc callback). It registers the options and the markers, and hands over to
+``memlab_rs.integrations.pytest_plugin`` only when asked: ``--memlab`` or ``--memlab-save``
+given, or a collected test carrying ``limit_memory`` or ``limit_cuda_memory``. Otherwise no
+hook of memlab_rs runs around any test. ``-p no:memlab_rs`` turns it off altogether.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _check_save_dir(folder: str | None) -> None:
 def _measuring(config: Any) -> Any:
     """Register the measuring plugin (this imports memlab_rs and torch)."""
     try:
-        from memlab_rs.pytest_plugin import MemlabPlugin
+        from memlab_rs.integrations.pytest_plugin import MemlabPlugin
     except TypeError as error:  # pluggy before 1.2 knows no new-style hook wrappers
         raise pytest.UsageError(
             f"memlab_rs's pytest plugin needs pytest 8 or newer ({error}): pip install -U pytest"

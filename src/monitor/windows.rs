@@ -9,7 +9,9 @@
 //!   backward): at its end. `temporary` = peak - allocated at the end.
 //! - a backward window: at its start. The excess (peak - allocated at the start) is split
 //!   into the parameter gradients created during the window (at most the excess) and
-//!   `temporary`, the rest: the intermediate gradients.
+//!   `temporary`, the rest (intermediate gradients and scratch above what backward freed
+//!   by then; the intermediate gradients themselves are measured at the graph's nodes,
+//!   `gradients.rs`).
 //! - an optimizer window (backward end to record): at its start; the excess goes first to
 //!   optimizer state created in the window (the first step), the rest is `temporary`.
 //!
@@ -124,10 +126,9 @@ pub fn categorize(w: &Window) -> (Categories, bool) {
     (categories, other < 0)
 }
 
-/// The iteration's peak: which window (the first of the highest), its categories, the
-/// intermediate gradients (the largest `temporary` of its backward windows, 0 without one)
-/// and whether any categorised window was inexact.
-pub fn iteration(windows: &[Window]) -> Option<(usize, Categories, i64, bool)> {
+/// The iteration's peak: which window (the first of the highest), its categories, and
+/// whether the categorised window was inexact.
+pub fn iteration(windows: &[Window]) -> Option<(usize, Categories, bool)> {
     let mut best: Option<usize> = None;
     for (i, w) in windows.iter().enumerate() {
         if best.is_none_or(|b| w.peak > windows[b].peak) {
@@ -136,24 +137,18 @@ pub fn iteration(windows: &[Window]) -> Option<(usize, Categories, i64, bool)> {
     }
     let best = best?;
     let (categories, inexact) = categorize(&windows[best]);
-    let intermediate = windows
-        .iter()
-        .filter(|w| w.kind == Kind::Backward)
-        .map(|w| categorize(w).0[4])
-        .max()
-        .unwrap_or(0);
-    Some((best, categories, intermediate, inexact))
+    Some((best, categories, inexact))
 }
 
 type WindowTuple = (String, [i64; 6], [i64; 6], i64);
 
-/// `(peak window index, categories, intermediate gradients, inexact)` of an iteration's
-/// windows, each `(kind, start, end, peak)` with boundaries as (allocated, parameter,
-/// buffer, gradient, optimizer_state, activation). None without windows.
+/// `(peak window index, categories, inexact)` of an iteration's windows, each `(kind,
+/// start, end, peak)` with boundaries as (allocated, parameter, buffer, gradient,
+/// optimizer_state, activation). None without windows.
 #[pyfunction]
 pub fn _monitor_iteration(
     windows: Vec<WindowTuple>,
-) -> PyResult<Option<(usize, Categories, i64, bool)>> {
+) -> PyResult<Option<(usize, Categories, bool)>> {
     let parsed = windows
         .into_iter()
         .map(|(kind, start, end, peak)| {
@@ -242,10 +237,9 @@ mod tests {
     fn iteration_takes_the_first_highest_window() {
         let f = win(Kind::Forward, at(200, 0, 0, 0), at(600, 0, 0, 300), 750);
         let b = win(Kind::Backward, at(600, 0, 0, 300), at(300, 100, 0, 0), 750);
-        let (i, c, inter, _) = iteration(&[f, b]).unwrap();
+        let (i, c, _) = iteration(&[f, b]).unwrap();
         assert_eq!(i, 0);
         assert_eq!(c.iter().sum::<i64>(), 750);
-        assert_eq!(inter, 50);
         assert!(iteration(&[]).is_none());
     }
 }

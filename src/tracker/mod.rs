@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::allocator::caching::allocated_bytes;
 use crate::gc_walk;
 use crate::gc_walk::facts::{FactReader, TorchHandles};
-use diff::{Group, GroupKey, Seen};
+use diff::{Group, GroupKey, Seen, Storage};
 use render::text as tracker_text;
 
 /// What `track` keeps between calls: the groups of the last call, and how the walk went.
@@ -43,8 +43,10 @@ impl TrackerCore {
     }
 
     /// Walk, group, diff against the last call. `named`: (tensor, name) pairs from the
-    /// model, listed first. Returns a dict: rows (sign, count, shape, dtype, bytes, type,
-    /// names), total_bytes, tensors, strategy, incomplete, walk_s, facts_s.
+    /// model, listed first. Returns a dict: rows (sign, count, shape, dtype, bytes,
+    /// storage_bytes, type, names, line), total_bytes, total_storage_bytes, tensors,
+    /// strategy, incomplete, walk_s, facts_s. `bytes` are the allocator's (CUDA: 512-byte
+    /// blocks), `storage_bytes` the storages' own (what the log prints).
     fn track<'py>(
         &mut self,
         py: Python<'py>,
@@ -96,12 +98,14 @@ impl TrackerCore {
                 continue;
             }
             // A sparse or wrapper tensor's parts all count towards it.
-            let storages: Vec<(usize, u64)> = facts
+            let storages: Vec<Storage> = facts
                 .iter()
                 .filter_map(|f| {
-                    f.storage
-                        .filter(|s| s.has_memory)
-                        .map(|s| (s.key, allocated_bytes(&self.device, s.nbytes)))
+                    f.storage.filter(|s| s.has_memory).map(|s| Storage {
+                        key: s.key,
+                        nbytes: s.nbytes,
+                        blocks: allocated_bytes(&self.device, s.nbytes),
+                    })
                 })
                 .collect();
             if storages.is_empty() {
@@ -140,13 +144,15 @@ impl TrackerCore {
             d.set_item("shape", &row.shape)?;
             d.set_item("dtype", &row.dtype)?;
             d.set_item("bytes", row.bytes)?;
+            d.set_item("storage_bytes", row.storage_bytes)?;
             d.set_item("type", &row.kind)?;
             d.set_item("names", &row.names)?;
             d.set_item("line", tracker_text::row_line(row).trim_end())?;
             py_rows.append(d)?;
         }
         out.set_item("rows", py_rows)?;
-        out.set_item("total_bytes", total)?;
+        out.set_item("total_bytes", total.bytes)?;
+        out.set_item("total_storage_bytes", total.storage_bytes)?;
         out.set_item("tensors", tensors)?;
         out.set_item("strategy", walk.strategy.name())?;
         out.set_item("incomplete", walk.incomplete)?;

@@ -8,7 +8,8 @@ use pyo3::types::PyDict;
 use super::render::{html as tracker_html, text as tracker_text};
 use crate::tracker::diff::DiffRow;
 
-/// Rows as `track()` returns them (sign, count, shape, dtype, bytes, type, names).
+/// Rows as `track()` returns them (sign, count, shape, dtype, bytes, storage_bytes, type,
+/// names).
 fn parse_rows(rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<DiffRow>> {
     let mut parsed = Vec::with_capacity(rows.len());
     for (i, row) in rows.into_iter().enumerate() {
@@ -33,6 +34,7 @@ fn parse_rows(rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<DiffRow>> {
             shape: get("shape")?.extract()?,
             dtype: get("dtype")?.extract()?,
             bytes: get("bytes")?.extract()?,
+            storage_bytes: get("storage_bytes")?.extract()?,
             names: get("names")?.extract()?,
         });
     }
@@ -40,11 +42,13 @@ fn parse_rows(rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<DiffRow>> {
 }
 
 /// The log text of one `track()`: rows (when `detail`), then the `At {place}` line; with
-/// the header line first when `stamp` is given (the first call).
+/// the header line first when `stamp` is given (the first call). Rows print their
+/// `storage_bytes` (the allocator's `bytes` are in the data and the HTML); `tensor_bytes`
+/// is the storages' total.
 ///
 /// >>> from memlab_rs._core import render_tracker_block
-/// >>> rows = [dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=8,
-/// ...              type="<class 'torch.Tensor'>", names=[])]
+/// >>> rows = [dict(sign="+", count=1, shape="(2,)", dtype="torch.float32", bytes=512,
+/// ...              storage_bytes=8, type="<class 'torch.Tensor'>", names=[])]
 /// >>> print(render_tracker_block(rows, True, "a.py line 3: f", 8, 8, None).strip())
 /// + | 1 * Size:(2,)                 | Memory: 0.0000 M | <class 'torch.Tensor'> | torch.float32
 /// <BLANKLINE>
@@ -74,22 +78,23 @@ pub fn render_tracker_block(
     Ok(out)
 }
 
-/// One `track()` as an HTML table (every row, the place, the totals, the note).
+/// One `track()` as an HTML table (every row, the place, the totals, the note):
+/// `tensor_storage_bytes` and `tensor_bytes` are the storages' own and the allocator's.
 #[pyfunction]
-#[pyo3(signature = (rows, place, tensor_bytes, allocated_bytes, incomplete=None))]
+#[pyo3(signature = (rows, place, tensor_storage_bytes, tensor_bytes, allocated_bytes, incomplete=None))]
 pub fn _tracker_html(
     rows: Vec<Bound<'_, PyDict>>,
     place: &str,
+    tensor_storage_bytes: u64,
     tensor_bytes: u64,
     allocated_bytes: u64,
     incomplete: Option<&str>,
 ) -> PyResult<String> {
     let parsed = parse_rows(rows)?;
-    Ok(tracker_html::render(
-        &parsed,
-        place,
-        tensor_bytes,
+    let totals = tracker_html::Totals {
+        storage_bytes: tensor_storage_bytes,
+        bytes: tensor_bytes,
         allocated_bytes,
-        incomplete,
-    ))
+    };
+    Ok(tracker_html::render(&parsed, place, &totals, incomplete))
 }

@@ -78,7 +78,7 @@ def test_the_guide_sizes_table_is_what_parse_size_reads():
 
 
 def test_the_guide_quotes_the_error_of_a_malformed_limit():
-    from memlab_rs.pytest_plugin import parse_limit
+    from memlab_rs.integrations.pytest_plugin import parse_limit
 
     section = (DOCS / "guide.md").read_text().split("### Sizes", 1)[1].split("\n### ", 1)[0]
     quoted = section.split("```\n", 1)[1].split("```", 1)[0].splitlines()

@@ -3,6 +3,8 @@ same losses, and a restore that fails halfway can be finished later."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -65,6 +67,30 @@ def test_round_trip_is_bitwise_and_keeps_ties_and_views():
     assert model.lm_head.weight is model.wte.weight
     assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
     assert view.data_ptr() == base.data_ptr() + 100 * 4
+
+
+def test_a_yielded_model_saves_pickles_and_copies_as_its_own(tmp_path):
+    # Each storage on the host is a storage of its own on its bytes of the pinned buffer:
+    # torch.save of the model writes the model's bytes (not its grads' and AdamW's state,
+    # which share the buffer), and the copy owns storages of their own sizes.
+    model, optimizer, _ = train_state()
+    courtesy = Courtesy()
+    courtesy.yield_memory()
+    try:
+        assert all(p.is_pinned() for p in model.parameters())
+        path = tmp_path / "model.pt"
+        torch.save(model, path)
+        params = {p.data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+        assert path.stat().st_size < sum(params.values()) + (1 << 20)
+        loaded = torch.load(path, weights_only=False)
+        for (name, mine), theirs in zip(model.state_dict().items(), loaded.state_dict().values()):
+            assert torch.equal(mine, theirs), name
+        clone = copy.deepcopy(model)
+        assert {p.untyped_storage().nbytes() for p in clone.parameters()} == set(params.values())
+        assert clone.lm_head.weight is clone.wte.weight
+    finally:
+        courtesy.restore()
+    assert all(p.device == DEV for p in model.parameters())
 
 
 def test_training_goes_on_with_the_same_losses():

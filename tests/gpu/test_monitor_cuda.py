@@ -122,3 +122,28 @@ def test_auto_reuses_measured_figures_on_gpt2():
     for a, e in zip(auto, every):
         assert {k: a[k] for k in keys} == {k: e[k] for k in keys}
         assert sum(a[c] for c in CATEGORIES) == a["peak_allocated"]
+
+
+def test_intermediate_gradients_on_cuda_are_the_cpu_runs():
+    # The same NeuMF step on both devices: the gradients the backward passes between its
+    # nodes have the same storages' bytes, and autograd's device thread runs the hooks.
+    from test_monitor_gradients import NeuMF
+
+    figures = {}
+    for device in ("cpu", "cuda:0"):
+        torch.manual_seed(0)
+        model = NeuMF().to(device)
+        optimizer = torch.optim.Adam(model.parameters())
+        user = torch.randint(0, 1000, (4096,), device=device)
+        item = torch.randint(0, 2000, (4096,), device=device)
+        label = torch.rand(4096, device=device)
+        with memlab_rs.memory_profiler(model, optimizer=optimizer, file=io.StringIO()) as mon:
+            for _ in range(4):
+                out = model(user, item)
+                torch.nn.functional.binary_cross_entropy_with_logits(out, label).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                mon.record_stats()
+        figures[device] = [r["intermediate_gradients"] for r in mon.rows()]
+    assert figures["cpu"][0] > 1_500_000
+    assert figures["cuda:0"] == figures["cpu"] == [figures["cpu"][0]] * 4

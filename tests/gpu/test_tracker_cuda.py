@@ -1,6 +1,6 @@
 """MemTracker on a GPU: real models (transformers GPT-2, torchvision ResNet-50, random
 weights), exact storage bytes against an independent count, names from the model, and the
-diff across a training step."""
+diff across a training step; the original tool's README example (VGG-19) row for row."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import gc
 
 import pytest
 import torch
+from tracker_readme import README_BLOCKS, vgg19_features
 
 from memlab_rs import MemTracker
 
@@ -111,3 +112,43 @@ def test_resnet50_activations_appear_and_vanish(tmp_path):
     with open(tracker.gpu_profile_fn) as f:
         log = f.read()
     assert "+ | 1 * Size:(8, 1000)" in log and "- | 1 * Size:(8, 1000)" in log
+
+
+def test_the_original_readme_example_prints_as_the_original(tmp_path):
+    # Pytorch-Memory-Utils' README, run as it is there (VGG-19's features on the GPU, five
+    # dummy tensors, two moved back): every row prints as that README prints it, though the
+    # allocator holds (64, 3, 3, 3) float32 in 7168 bytes of 512-byte blocks for its 6912,
+    # and each (64,) in 512 for 256 (which printed 0.0068 M and 0.0009 M).
+    gc.collect()
+    torch.cuda.empty_cache()
+    tracker = MemTracker(path=f"{tmp_path}/", device=0)
+    start = tracker.track()
+    cnn = vgg19_features().to("cuda:0").eval()
+    blocks = [tracker.track()]
+    d1 = torch.empty(30, 3, 512, 512, device="cuda:0")
+    d2 = torch.empty(40, 3, 512, 512, device="cuda:0")
+    d3 = torch.empty(60, 3, 512, 512, device="cuda:0")
+    blocks.append(tracker.track())
+    d4 = torch.empty(120, 3, 512, 512, device="cuda:0")
+    d5 = torch.empty(80, 3, 512, 512, device="cuda:0")
+    blocks.append(tracker.track())
+    d4 = d4.cpu()
+    d2 = d2.cpu()
+    tracker.clear_cache()
+    blocks.append(tracker.track())
+    for result, (rows, total) in zip(blocks, README_BLOCKS):
+        assert {r.line for r in result.rows} == rows
+        # The README's totals, on top of what this process had on the GPU before.
+        mine = result.total_storage_bytes - start.total_storage_bytes
+        assert f"{mine / 2**20:.1f}" == total
+        shown = f"Total Tensor Used Memory:{result.total_storage_bytes / 2**20:<7.1f}Mb"
+        assert shown in result.text()
+    # The data keeps the allocator's blocks beside the storages' bytes.
+    params = {r.shape: r for r in blocks[0].rows}
+    assert (params["(64, 3, 3, 3)"].storage_bytes, params["(64, 3, 3, 3)"].bytes) == (6912, 7168)
+    assert (params["(64,)"].storage_bytes, params["(64,)"].bytes) == (512, 1024)
+    assert blocks[0].total_bytes - blocks[0].total_storage_bytes == (
+        start.total_bytes - start.total_storage_bytes + 768
+    )
+    assert blocks[0].total_bytes == _storages_on("cuda:0")
+    del cnn, d1, d2, d3, d4, d5

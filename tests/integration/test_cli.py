@@ -1,18 +1,17 @@
-"""The `memlab-rs` command line: run (a script using @profile unmodified, --line, -m, exit
-statuses), show in every format, diff, merge, and bad input giving one line on stderr and a
-non-zero status.
+"""The `memlab-rs` command line end to end: run (a script using @profile unmodified, --line,
+-m, exit statuses), show in every format, diff, merge, and bad input giving one line on
+stderr and a non-zero status, on results that `memlab-rs run` saved.
 
 `run` goes through the installed console script, in a process of its own: it runs the
-script as that process's __main__ and exits with its status. `show`, `diff`, `merge`, help
-(and `run`'s errors found before a script is looked at) call `memlab_rs.cli.main`, the
-function the console script calls, in this interpreter (`cli_in_process`): a process each
-costs an import of torch. One `show` still goes through the console script, and one `run`
-through `python -m memlab_rs`, for the entry points."""
+script as that process's __main__ and exits with its status. `show`, `diff` and `merge` of
+what the runs saved call `memlab_rs.cli.main`, the function the console script calls, in
+this interpreter (`cli_in_process`): a process each costs an import of torch. One `show`
+still goes through the console script, and one `run` through `python -m memlab_rs`, for the
+entry points. What needs no process at all (help, the other kinds shown, run's errors found
+before a script is looked at) is in tests/unit/cli."""
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import csv
 import io
 import json
@@ -22,15 +21,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
-import torch
+from cli_in_process import cli_in_process, one_line_error
 from console_script import MEMLAB_RS
 
 import memlab_rs
-import memlab_rs.cli
 
 MiB = 1 << 20
 
@@ -116,79 +113,6 @@ def cli(*args: str, cwd: Path, timeout: float = 180, **options) -> subprocess.Co
     """Run the installed console script (``start``'s options); the completed process."""
     (proc,) = finish(start(*args, cwd=cwd, **options), timeout=timeout)
     return proc
-
-
-# The module behind @profile (the package's `profile` is the decorator).
-PROFILE_MODULE = sys.modules["memlab_rs.line_profiler.global_profiler"]
-
-
-def interpreter_state() -> dict[str, object]:
-    """The working directory, what `memlab-rs run` changes in its process before the script
-    starts (sys.argv, sys.path, __main__, builtins.profile, the global line profiler), and
-    what would leave a profiler on: an in-process call must leave all of it as it was."""
-    return {
-        "cwd": os.getcwd(),
-        "sys.argv": list(sys.argv),
-        "sys.path": list(sys.path),
-        "__main__": sys.modules.get("__main__"),
-        "builtins.profile": getattr(builtins, "profile", None),
-        "trace function": sys.gettrace(),
-        "profile function": sys.getprofile(),
-        "global line profiler": (
-            PROFILE_MODULE._global,
-            PROFILE_MODULE._global_device,
-            list(PROFILE_MODULE._print_at_exit),
-        ),
-    }
-
-
-def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`memlab-rs ARGS` run in ``cwd`` by ``memlab_rs.cli.main``, the function the console
-    script calls, in this interpreter: its exit status (an argparse exit's too), stdout and
-    stderr, as ``cli`` gives them. Warnings go to stderr as Python's default filters would
-    print them in the console script's process. For show, diff, merge, help, and run's
-    errors found before a script is looked at (a `run` that reaches the script needs
-    ``cli``: it makes the script this interpreter's __main__)."""
-    if args[:1] == ("run",):
-        args = ("run", "--device", "cpu", *args[1:])
-    before = interpreter_state()
-    stdout, stderr = io.StringIO(), io.StringIO()
-    os.chdir(cwd)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.resetwarnings()  # Python's default filters, not pytest's
-            warnings.simplefilter("default")
-            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
-                             ResourceWarning):  # fmt: skip
-                warnings.simplefilter("ignore", category)
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-                try:
-                    status = memlab_rs.cli.main(list(args))
-                except SystemExit as stop:  # argparse: --help, --version, a usage error
-                    status = 0 if stop.code is None else stop.code
-        for w in caught:
-            stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
-    finally:
-        left_in = os.getcwd()
-        os.chdir(before["cwd"])  # type: ignore[arg-type]
-        after = interpreter_state()
-        sys.argv[:], sys.path[:] = before["sys.argv"], before["sys.path"]  # type: ignore[index]
-        sys.modules["__main__"] = before["__main__"]  # type: ignore[assignment]
-    # (put back above, so that a leak fails this test alone)
-    assert os.path.samefile(left_in, cwd) and after == before
-    assert isinstance(status, int), status
-    return subprocess.CompletedProcess(
-        ["memlab-rs", *args], status, stdout.getvalue(), stderr.getvalue()
-    )
-
-
-def one_line_error(proc: subprocess.CompletedProcess, command: str) -> str:
-    """The status is 2 and stderr is one line naming the command: that line."""
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"memlab-rs {command}: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
 
 
 @pytest.fixture
@@ -409,43 +333,12 @@ def test_run_says_when_nothing_was_profiled(tmp_path: Path):
     assert not saved(tmp_path)
 
 
-def test_run_bad_input_is_one_line(workdir: Path):
-    # found before the script is read or sys.argv and sys.path are set: in process
-    assert "can't open file 'missing.py'" in one_line_error(
-        cli_in_process("run", "missing.py", cwd=workdir), "run"
-    )
-    (workdir / "broken.py").write_text("x = (\n")
-    assert "is not valid Python" in one_line_error(
-        cli_in_process("run", "broken.py", cwd=workdir), "run"
-    )
-    assert "bad placeholder" in one_line_error(
-        cli_in_process("run", "-o", "{oops}.json", "train.py", cwd=workdir), "run"
-    )
-    proc = cli_in_process("run", cwd=workdir)
-    assert proc.returncode == 2 and "give the script to run" in proc.stderr
+def test_run_of_a_missing_module_is_one_line(workdir: Path):
     # -m sets sys.path[0] (as python -m does) before it looks the module up: a process
+    # (the errors found before that are in tests/unit/cli, in process)
     assert "no module named 'no_such_module'" in one_line_error(
         cli("run", "-m", "no_such_module", cwd=workdir), "run"
     )
-
-
-def test_help_reads_like_the_reference_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("COLUMNS", "80")  # argparse's width, as in a process writing to a pipe
-    proc = cli_in_process("--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: memlab-rs [-h] [--version] COMMAND ...")
-    for command in ("run", "show", "diff", "merge", "examples:", "exit status:"):
-        assert command in proc.stdout
-    proc = cli_in_process("run", "--help", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: memlab-rs run [options] (script.py | -m module)")
-    # Python 3.13's argparse prints "-o, --outfile FILE" where older ones print
-    # "-o FILE, --outfile FILE".
-    for option in ("--line FUNC", "--report", "--trace", "--outfile FILE", "--device DEV"):
-        assert option in proc.stdout
-    assert "-m module" in proc.stdout and re.search(r"-o( FILE)?, --outfile", proc.stdout)
-    version = cli_in_process("--version", cwd=tmp_path)
-    assert (version.returncode, version.stdout) == (0, f"memlab-rs {memlab_rs.__version__}\n")
 
 
 @pytest.fixture(scope="module")
@@ -730,80 +623,3 @@ def test_report_show_and_diff_tensor_reports(tmp_path: Path):
         cli_in_process("diff", "lines.json", "a.tensor_report.json", cwd=tmp_path), "diff"
     )
     assert "lines.json is a line_profile and a.tensor_report.json a tensor_report" in line
-
-
-CUDA_SCRIPT = """\
-import os
-import torch
-
-torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-
-
-@profile
-def step():
-    x = torch.zeros(256, 1024, device="cuda")
-    return x
-
-
-step()
-"""
-
-
-@pytest.mark.cuda
-def test_run_profiles_this_rank_gpu_by_default(tmp_path: Path):
-    """Without --device, each rank reads its own GPU: LOCAL_RANK's, as torchrun sets it,
-    even though @profile made the profiler before the script chose its device."""
-    import torch
-
-    (tmp_path / "gpu.py").write_text(CUDA_SCRIPT)
-    last = torch.cuda.device_count() - 1
-    env = {"RANK": str(last), "LOCAL_RANK": str(last), "WORLD_SIZE": str(last + 1)}
-    proc = cli("run", "-o", "gpu.json", "gpu.py", cwd=tmp_path, env=env, device=None)
-    assert proc.returncode == 0, proc.stderr
-    saved_name = "gpu.json" if last == 0 else f"gpu.rank{last}.json"
-    result = memlab_rs.load(tmp_path / saved_name)
-    assert result.meta["device"] == f"cuda:{last}"
-    (line,) = [r for r in result.records() if "torch.zeros" in r["code"]]
-    assert line["allocated_bytes.all.allocated"] == MiB
-
-
-def test_show_renders_the_other_kinds(tmp_path: Path, capsys):
-    """`show` renders any kind memlab_rs.load reads as the result renders itself (in
-    process: the same main() the console script calls)."""
-    from memlab_rs import cli as command_line
-    from memlab_rs.models import TinyGPT
-
-    tracker = memlab_rs.MemTracker(path=f"{tmp_path}/", device="cpu")
-    tracker.track()
-    kept = torch.zeros(256, 1024)
-    tracked = tracker.track()
-    model = TinyGPT(vocab=64, dim=32, layers=1, heads=4, context=16)
-    estimated = memlab_rs.estimate(model, torch.zeros(2, 8, dtype=torch.long), device="cpu")
-    for result, name in ((tracked, "tracker.json"), (estimated, "estimate.json.gz")):
-        path = str(tmp_path / name)
-        result.save(path)
-        assert command_line.main(["show", path]) == 0
-        assert capsys.readouterr().out == result.text()
-        assert command_line.main(["show", path, "--format", "html"]) == 0
-        assert capsys.readouterr().out == result._repr_html_() + "\n"
-        assert command_line.main(["show", path, "--format", "json"]) == 0
-        assert json.loads(capsys.readouterr().out)["kind"] == result.kind
-        assert command_line.main(["show", path, "--format", "csv"]) == 2
-        assert f"a {result.kind} has no CSV form" in capsys.readouterr().err
-    # a result without an HTML form (a test's memory) shows its text, as Jupyter does
-    from memlab_rs import PytestMemoryResult
-
-    measured = {"device": "cpu", "peak_bytes": 1 << 20, "start_bytes": 0, "limit_bytes": None}
-    test_memory = PytestMemoryResult(
-        "t.py::test_a",
-        "passed",
-        [{**measured, "rows": [], "notices": []}],
-        meta=memlab_rs.results.run_meta("cpu"),
-    )
-    path = str(tmp_path / "test_memory.json")
-    test_memory.save(path)
-    assert test_memory._repr_html_() is None
-    assert command_line.main(["show", path, "--format", "html"]) == 0
-    assert capsys.readouterr().out == test_memory.text()
-    assert test_memory.text().startswith("t.py::test_a: passed\ncpu: peak 1,048,576 bytes")
-    del kept

@@ -14,6 +14,8 @@ from . import test_memory as test_memory
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
+    "GradientLog",
+    "GradientNodeHook",
     "HostBook",
     "LineReportView",
     "MonitorRowNames",
@@ -134,11 +136,13 @@ def render_tracker_block(
 def _tracker_html(
     rows: Sequence[dict[str, Any]],
     place: str,
+    tensor_storage_bytes: int,
     tensor_bytes: int,
     allocated_bytes: int,
     incomplete: str | None = ...,
 ) -> str:
-    """One track() as an HTML table: every row, the place, the totals, the note."""
+    """One track() as an HTML table: every row (storage and allocator bytes), the place, the
+    totals, the note."""
 
 @final
 class ReportTable:
@@ -372,13 +376,35 @@ class MonitorTensors:
         self, hooks: SavedTensorHooks, outside: str
     ) -> list[tuple[str, int]]: ...
 
+@final
+class GradientLog:
+    """The intermediate gradients of a backward on one device (-1: CPU): hooks on the
+    graph's nodes log what each receives and returns, weakly."""
+    def __init__(self, device: int) -> None: ...
+    def watch(self, roots: Sequence[Any]) -> list[Any]:
+        """A post-hook on every node reachable from ``roots`` but AccumulateGrad; the
+        handles, for the caller to remove."""
+    def peak(self) -> int:
+        """The most bytes of gradients that never became a leaf's, alive at once."""
+    def close(self) -> None:
+        """Stop logging; give torch's weak references to the storages back."""
+    @property
+    def incomplete(self) -> bool: ...
+    @property
+    def samples(self) -> int: ...
+
+@final
+class GradientNodeHook:
+    """One node's post-hook (torch calls it with what the node returned and received)."""
+    def __call__(self, grad_inputs: Any, grad_outputs: Any) -> None: ...
+
 def _monitor_state_ids(state: Any) -> list[int]:
     """The identities of an optimizer's state values (a dict of dicts), in order."""
 def _monitor_data_ptrs(tensors: Sequence[Any]) -> list[int]: ...
 def _monitor_iteration(
     windows: Sequence[tuple[str, Sequence[int], Sequence[int], int]],
-) -> tuple[int, list[int], int, bool] | None:
-    """(peak window, categories, intermediate gradients, inexact) of an iteration."""
+) -> tuple[int, list[int], bool] | None:
+    """(peak window, categories, inexact) of an iteration."""
 
 @final
 class MonitorRowNames:
@@ -389,7 +415,7 @@ class MonitorRowNames:
     def names(self) -> list[str]: ...
 
 def _monitor_text(
-    figures: tuple[int, int, int, int, int | None, int, int | None],
+    figures: tuple[int, int, int, int, int | None, int | None, int | None],
     modules: Sequence[tuple[str, int]],
     names: MonitorRowNames,
     bytes: Sequence[int],
@@ -398,7 +424,7 @@ def _monitor_text(
 ) -> str: ...
 def _monitor_csv_header(names: Sequence[str]) -> str: ...
 def _monitor_csv_row(
-    figures: tuple[int, int, int, int, int | None, int, int | None],
+    figures: tuple[int, int, int, int, int | None, int | None, int | None],
     names: MonitorRowNames,
     bytes: Sequence[int],
     grads: Sequence[int],

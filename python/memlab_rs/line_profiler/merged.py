@@ -32,7 +32,7 @@ from memlab_rs import _core, results
 from memlab_rs.line_profiler.columns import DEFAULT_COLUMNS
 from memlab_rs.line_profiler.display import table_records
 from memlab_rs.line_profiler.result import LineProfileResult
-from memlab_rs.line_profiler.view import view_json
+from memlab_rs.line_profiler.view import view_json, with_default_columns
 from memlab_rs.results.merge import register_merge
 
 
@@ -147,7 +147,10 @@ class MergedLineProfile(results.SavedResult):
         """The merged profile as JSON values (the saved file's ``data``)."""
         return super().to_data()
 
-    def _view_json(self, view: dict[str, Any]) -> str:
+    def _view_json(self, view: dict[str, Any], format: str | None = None) -> str:
+        # Without columns, a format shows what its own method does (text() and html(): the
+        # default columns; to_csv(): every column), so that render(format) is that method.
+        view = with_default_columns(format, view)
         unknown = sorted(set(view) - {"func", "columns"})
         if unknown:
             raise TypeError(f"a merged line profile's view takes func and columns, got {unknown}")

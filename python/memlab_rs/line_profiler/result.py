@@ -30,7 +30,7 @@ from typing import Any
 from memlab_rs import _core, results
 from memlab_rs.line_profiler.columns import DEFAULT_COLUMNS
 from memlab_rs.line_profiler.display import LineRecordsDisplay, table_records
-from memlab_rs.line_profiler.view import view_json
+from memlab_rs.line_profiler.view import view_json, with_default_columns
 
 
 class LineProfileResult(results.SavedResult):
@@ -116,7 +116,10 @@ class LineProfileResult(results.SavedResult):
     def _view(self, func: Any = None, columns: Any = None) -> str:
         return view_json(func, columns, self.device)
 
-    def _view_json(self, view: dict[str, Any]) -> str:
+    def _view_json(self, view: dict[str, Any], format: str | None = None) -> str:
+        # Without columns, a format shows what its own method does (text() and html(): the
+        # default columns; to_csv(): every column), so that render(format) is that method.
+        view = with_default_columns(format, view)
         unknown = sorted(set(view) - {"func", "columns"})
         if unknown:
             raise TypeError(f"a line profile's view takes func and columns, got {unknown}")

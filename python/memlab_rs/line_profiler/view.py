@@ -8,7 +8,27 @@ import json
 from typing import Any
 
 from memlab_rs import _args
-from memlab_rs.line_profiler.columns import column_names
+from memlab_rs.line_profiler.columns import DEFAULT_COLUMNS, column_names
+
+#: The formats that show the default columns unless told otherwise (pytorch_memlab's report);
+#: the others (CSV, records) hold every column.
+_DEFAULT_COLUMNS_SHOWN = ("text", "html")
+
+
+def with_default_columns(format: str | None, view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` with the columns ``format`` shows when the view names none: the default
+    columns in text and HTML (as ``text()`` and ``html()`` show), every column in CSV and
+    records (as ``to_csv()`` and ``records()`` give), so that ``render(format)`` is the
+    format's own method.
+
+    >>> with_default_columns("text", {"func": None})
+    {'func': None, 'columns': ('active_bytes.all.peak', 'reserved_bytes.all.peak')}
+    >>> with_default_columns("csv", {"func": None})
+    {'func': None}
+    """
+    if "columns" in view or format not in _DEFAULT_COLUMNS_SHOWN:
+        return view
+    return {**view, "columns": DEFAULT_COLUMNS}
 
 
 def wanted_functions(func: Any) -> list[str]:

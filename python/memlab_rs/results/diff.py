@@ -54,10 +54,10 @@ def diff_results(a: Any, b: Any, columns: Sequence[str] | None = DEFAULT_COLUMNS
 
     >>> import torch, memlab_rs
     >>> before = memlab_rs.MemReporter().collect(device="cpu")
-    >>> kept = torch.zeros(512, 1024)
+    >>> kept = torch.zeros(333, 777)  # a shape no other tensor alive has: rows are by shape
     >>> after = memlab_rs.MemReporter().collect(device="cpu")
-    >>> [(r["a"], r["b"]) for r in diff_results(before, after).rows if r["b"] == 2 << 20]
-    [(0, 2097152)]
+    >>> [r["change"] for r in diff_results(before, after).rows if r["shape"] == "(333, 777)"]
+    [1034964]
     """
     names = []
     loaded = []

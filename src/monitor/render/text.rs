@@ -54,7 +54,9 @@ pub struct Block {
     pub modules: Vec<(String, i64)>,
     /// (parameter name, bytes, its gradient's bytes), one per storage.
     pub weights: Vec<(String, i64, i64)>,
-    pub intermediate: i64,
+    /// None when the iteration's backward gradients were not measured (with its feature
+    /// maps): `n/a`, an empty CSV cell.
+    pub intermediate: Option<i64>,
     /// Optimizer state bytes, when an optimizer was given.
     pub optimizer_state: Option<i64>,
     /// Said under the block when the figures may be incomplete.
@@ -91,7 +93,10 @@ pub fn block(b: &Block) -> String {
             .iter()
             .map(|(name, _, grad)| leader("  ", name, " grad", 33, &mb(*grad).to_string(), " MB")),
     );
-    out.push(line("Intermediate gradients", b.intermediate));
+    out.push(match b.intermediate {
+        Some(bytes) => line("Intermediate gradients", bytes),
+        None => leader("", "Intermediate gradients", "", 35, "n/a", ""),
+    });
     if let Some(state) = b.optimizer_state {
         out.push(line("Total optimizer state usage", state));
     }
@@ -132,7 +137,7 @@ pub fn csv_row(b: &Block) -> String {
     cells.extend(b.weights.iter().map(|w| Some(mb(w.1))));
     cells.push(Some(mb(b.weights.iter().map(|w| w.2).sum())));
     cells.extend(b.weights.iter().map(|w| Some(mb(w.2))));
-    cells.push(Some(mb(b.intermediate)));
+    cells.push(b.intermediate.map(mb));
     let text: Vec<String> = cells
         .iter()
         .map(|c| c.map(|v| v.to_string()).unwrap_or_default())
@@ -141,8 +146,8 @@ pub fn csv_row(b: &Block) -> String {
 }
 
 /// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps or
-/// None, intermediate, optimizer_state or None).
-pub type Figures = (i64, i64, i64, i64, Option<i64>, i64, Option<i64>);
+/// None, intermediate or None, optimizer_state or None).
+pub type Figures = (i64, i64, i64, i64, Option<i64>, Option<i64>, Option<i64>);
 
 pub fn to_block(
     figures: Figures,
@@ -213,6 +218,7 @@ mod tests {
             peak_cached: 3_000_000,
             feature_maps: Some(0),
             weights: vec![("a.weight".into(), 2_000_000, 2_000_000)],
+            intermediate: Some(0),
             ..Default::default()
         };
         assert_eq!(csv_row(&b), "1,2,3,0,0,2,2,2,2,0\n");
@@ -222,5 +228,11 @@ mod tests {
         };
         assert_eq!(csv_row(&unmeasured), "1,2,3,0,,2,2,2,2,0\n");
         assert!(block(&unmeasured).contains("\nTotal feature map usage..............n/a\n"));
+        let no_gradients = Block {
+            intermediate: None,
+            ..unmeasured
+        };
+        assert_eq!(csv_row(&no_gradients), "1,2,3,0,,2,2,2,2,\n");
+        assert!(block(&no_gradients).ends_with("\nIntermediate gradients...............n/a"));
     }
 }

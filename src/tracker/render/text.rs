@@ -38,13 +38,16 @@ fn memory_column(bytes: u64) -> String {
 }
 
 /// One `+`/`-` row: `+ | 1 * Size:(120, 3, 512, 512)   | Memory: 360.0 M | <class 'torch.Tensor'> | torch.float32`.
+/// Memory is the storages' own bytes, as the original counts a tensor (numel times the
+/// element size), never the allocator's blocks: on CUDA those round each storage up to
+/// 512 bytes, and `(64, 3, 3, 3)` float32 would print `0.0068` for the original's `0.0065`.
 pub fn row_line(row: &DiffRow) -> String {
     format!(
         "{} | {} * Size:{:<20} | Memory: {} M | {:<20} | {}\n",
         row.sign,
         row.count,
         row.shape,
-        memory_column(row.bytes),
+        memory_column(row.storage_bytes),
         row.kind,
         row.dtype
     )
@@ -112,6 +115,7 @@ mod tests {
             shape: "(120, 3, 512, 512)".into(),
             dtype: "torch.float32".into(),
             bytes: 120 * 3 * 512 * 512 * 4,
+            storage_bytes: 120 * 3 * 512 * 512 * 4,
             names: vec![],
         };
         assert_eq!(
@@ -119,5 +123,27 @@ mod tests {
             "+ | 1 * Size:(120, 3, 512, 512)   | Memory: 360.0 M | <class 'torch.Tensor'> | torch.float32\n"
         );
         assert_eq!(total_mib(489_051_750), "466.4  ");
+    }
+
+    #[test]
+    fn rows_print_storage_bytes_not_the_allocators_blocks() {
+        // The original's README, VGG-19 on CUDA: rows as it prints them, the allocator's
+        // 512-byte blocks beside (7168 and 2 x 512).
+        let row = |shape: &str, count, storage_bytes, bytes| DiffRow {
+            sign: '+',
+            count,
+            kind: "<class 'torch.nn.parameter.Parameter'>".into(),
+            shape: shape.into(),
+            dtype: "torch.float32".into(),
+            bytes,
+            storage_bytes,
+            names: vec![],
+        };
+        assert_eq!(
+            row_line(&row("(64, 3, 3, 3)", 1, 6912, 7168)),
+            "+ | 1 * Size:(64, 3, 3, 3)        | Memory: 0.0065 M | \
+             <class 'torch.nn.parameter.Parameter'> | torch.float32\n"
+        );
+        assert!(row_line(&row("(64,)", 2, 512, 1024)).contains("| Memory: 0.0004 M |"));
     }
 }

@@ -4,8 +4,11 @@ are checked without a GPU."""
 
 from __future__ import annotations
 
+import copy
 import gc
+import io
 import os
+import pickle
 import signal
 import threading
 import weakref
@@ -15,6 +18,8 @@ import torch
 
 from memlab_rs import Courtesy, CourtesyRestoreError, _core
 from memlab_rs.courtesy import Preemption, on_signal
+
+MiB = 1 << 20
 
 
 def test_nothing_to_move_says_so(script):
@@ -67,8 +72,12 @@ def test_round_trip_keeps_values_identity_views_and_ties():
     courtesy = Courtesy(_allow_cpu=True, _only=tensors + grads + state)
     report = courtesy.yield_memory()
     assert report.moved_storages >= 10
-    host = courtesy._buffers[0].untyped_storage()._cdata
-    assert base.untyped_storage()._cdata == host  # re-pointed into the host buffer
+    buffer = courtesy._buffers[0]
+    host = range(buffer.data_ptr(), buffer.data_ptr() + buffer.untyped_storage().nbytes())
+    assert base.untyped_storage().data_ptr() in host  # re-pointed into the host buffer
+    # ... onto a storage of its own there, which its views share.
+    assert base.untyped_storage().nbytes() == 400
+    assert window.untyped_storage()._cdata == base.untyped_storage()._cdata
     assert courtesy.on_host[0] == report.moved_storages
     courtesy.restore()
     assert courtesy.on_host == (0, 0)
@@ -83,7 +92,35 @@ def test_round_trip_keeps_values_identity_views_and_ties():
     assert tie.untyped_storage()._cdata == model[0].weight.untyped_storage()._cdata
     assert tie.stride() == (1, 32)
     assert [id(k) for k in optimizer.state] == keys
-    assert base.untyped_storage()._cdata != host  # each storage has its own again
+    assert base.untyped_storage().data_ptr() not in host  # back in memory of its own
+
+
+def test_yielded_tensors_save_pickle_and_copy_as_their_own():
+    """While yielded, each storage is a storage of its own on its bytes of the host buffer:
+    torch.save, pickle and deepcopy take those bytes alone, in the tensor's dtype (on the
+    whole buffer, saving tensors of two dtypes failed and a pickle held every byte moved)."""
+    big = torch.randn(MiB)  # 4 MiB moved beside the small ones
+    counts = torch.arange(8)
+    flags = torch.tensor([True, False, True])
+    courtesy = Courtesy(_allow_cpu=True, _only=[big, counts, flags])
+    assert courtesy.yield_memory().moved_storages == 3
+    try:
+        saved = io.BytesIO()
+        torch.save({"counts": counts, "flags": flags}, saved)
+        assert len(saved.getvalue()) < 4096
+        saved.seek(0)
+        loaded = torch.load(saved, weights_only=True)
+        assert torch.equal(loaded["counts"], torch.arange(8))
+        assert torch.equal(loaded["flags"], torch.tensor([True, False, True]))
+        assert len(pickle.dumps(counts)) < 4096
+        assert torch.equal(pickle.loads(pickle.dumps(counts)), torch.arange(8))
+        clone = copy.deepcopy(counts)
+        assert clone.untyped_storage().nbytes() == 8 * 8
+        assert clone.data_ptr() != counts.data_ptr()
+        assert counts.untyped_storage().nbytes() == 8 * 8
+    finally:
+        courtesy.restore()
+    assert torch.equal(counts, torch.arange(8))
 
 
 def test_yield_twice_restore_twice_restore_without_yield():

@@ -152,7 +152,7 @@ def test_usage_errors_say_what_is_wrong(shell):
 
 
 def test_help_lists_every_flag(shell):
-    doc = memlab_rs.ipython.MemlabMagics.mlrun.__doc__
+    doc = memlab_rs.integrations.ipython.MemlabMagics.mlrun.__doc__
     for flag in ("--function", "--column", "--no_default_columns", "--return-profiler",
                  "--gpu", "--quiet", "--dump-profile", "--device"):
         assert flag in doc

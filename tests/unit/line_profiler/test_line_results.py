@@ -50,6 +50,20 @@ def test_line_profile_round_trip_renders_identically(tmp_path, name):
     assert loaded.meta == result.meta
 
 
+def test_render_in_each_format_is_that_formats_method():
+    """``render(format)`` (what ``memlab-rs show`` and ``merge`` print) is the format's own
+    method: text and HTML show the default columns, CSV every column, unless told."""
+    result = profiled().result()
+    merged = memlab_rs.merge_results([result, result], ranks=[0, 1])
+    for shown in (result, merged):
+        assert shown.render("text") == shown.text() != shown.text(columns=None)
+        assert shown.render("html") == shown.html()
+        assert shown.render("csv") == shown.to_csv()
+        assert shown.render("text", columns=None) == shown.text(columns=None)
+        assert shown.render("csv", columns=COLUMNS) == shown.to_csv(columns=COLUMNS)
+    assert "allocated_bytes.all.freed" in result.render("csv").splitlines()[0]
+
+
 def test_line_profile_record_holds_exact_values_and_source():
     result = profiled().result()
     assert result.functions == ["make_two"]

@@ -19,7 +19,7 @@ from signal_alarms import alarms_into, spread
 from torch.utils.checkpoint import checkpoint
 
 import memlab_rs
-from memlab_rs import _core
+from memlab_rs import _core, _module_hooks
 from memlab_rs._categories import CATEGORIES
 
 FIXTURES = paths.FIXTURES / "monitor"
@@ -188,6 +188,7 @@ def test_stop_removes_everything():
     mon.stop()
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert not _module_hooks.installed()  # torch.nn.Module.__getstate__ is torch's again
     assert _core._cpu_mode() == before
     with pytest.raises(RuntimeError, match="stopped"):
         mon.record_stats()
@@ -238,6 +239,35 @@ def test_stop_from_another_thread_leaves_an_inert_hook():
         assert len(mon._hooks) == 0
     finally:
         torch._C._autograd._pop_saved_tensors_default_hooks()
+
+
+def test_monitors_stopped_in_the_order_they_started_leave_nothing_pushed():
+    model = tiny()
+    first = memlab_rs.memory_profiler(model, file=io.StringIO())
+    second = memlab_rs.memory_profiler(model, file=io.StringIO())
+    first.stop()  # under the second's pair: left on, inert
+    second.stop()  # pops its own pair, then the first's, now on top
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        step(model)
+        mon.record_stats()
+    # Had the first pair stayed, this monitor would have chained it and counted nothing.
+    assert mon.rows()[0]["feature_maps"] == FEATURE_MAPS
+    assert mon.rows()[0]["notice"] is None
+
+
+def test_a_pair_left_by_a_stop_from_another_thread_goes_with_the_next_monitor():
+    model = tiny()
+    stopped = memlab_rs.memory_profiler(model, file=io.StringIO())
+    worker = threading.Thread(target=stopped.stop)
+    worker.start()
+    worker.join()
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False)[0] is stopped._pack
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        step(model)
+        mon.record_stats()
+    assert mon.rows()[0]["feature_maps"] == FEATURE_MAPS
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
 
 
 def test_tied_weights_once_under_all_names():

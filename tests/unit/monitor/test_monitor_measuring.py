@@ -64,7 +64,6 @@ NUMBERS = [
     "current_cached",
     "weight_usage",
     "weight_gradient_usage",
-    "intermediate_gradients",
     "optimizer_state_usage",
     "peak_allocated",
     "peak_window",
@@ -76,10 +75,13 @@ def assert_same_step(auto: dict, every: dict) -> None:
     assert {k: auto[k] for k in NUMBERS} == {k: every[k] for k in NUMBERS}
     if auto["feature_maps_from"] is not None:
         assert auto["feature_maps"] == every["feature_maps"]
+        # Measured with the feature maps (hooks on the graph's nodes), or reused with them.
+        assert auto["intermediate_gradients"] == every["intermediate_gradients"]
         assert [auto[c] for c in CATEGORIES] == [every[c] for c in CATEGORIES]
     else:
         # Unmeasured: the saved tensors are counted in 'other'; the rest is exact.
         assert auto["feature_maps"] is None
+        assert auto["intermediate_gradients"] is None
         assert "not measured" in auto["notice"]
         assert auto["activation"] == 0
         assert auto["other"] == every["other"] + every["activation"]
@@ -145,6 +147,7 @@ def test_a_change_the_inputs_do_not_show_is_unmeasured_then_measured():
     block = mon.text(5)
     assert "\nTotal feature map usage" + "." * 14 + "n/a\n" in block
     assert "Feature maps were not measured this iteration" in block
+    assert block.endswith("\nIntermediate gradients...............n/a\nNote: " + rows[4]["notice"])
     assert "n/a" not in mon.text(6)
 
 
@@ -190,6 +193,36 @@ def test_backward_through_autograd_grad_is_a_boundary():
     assert r["backward_passes"] == 1
     assert r["feature_maps"] == feature_maps(8)
     assert sum(g.numel() for g in grads) * 4 == r["weight_usage"]
+
+
+def test_a_backward_torch_compile_traces_is_no_boundary():
+    # AOTAutograd traces the backward through torch.autograd.grad on functional tensors
+    # while it compiles the first forward: nothing is allocated, no boundary, no gradients.
+    model = Net()
+    compiled = torch.compile(model, backend="aot_eager")
+    try:
+        with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+            for _ in range(2):
+                compiled(torch.randn(8, 1000)).sum().backward()
+                mon.record_stats()
+    finally:
+        torch._dynamo.reset()
+    assert [r["backward_passes"] for r in mon.rows()] == [1, 1]
+    assert [r["notice"] for r in mon.rows()] == [None, None]
+    # The compiled backward is one node: the loss's gradient in, nothing but leaves' out.
+    assert [r["intermediate_gradients"] for r in mon.rows()] == [4, 4]
+
+
+def test_the_estimates_fake_step_is_no_boundary():
+    model = Net()
+    with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
+        for estimate in (False, True):
+            if estimate:  # its step runs backward on fake tensors: nothing real
+                memlab_rs.estimate(model, torch.randn(8, 1000), device="cpu")
+            model(torch.randn(8, 1000)).sum().backward()
+            mon.record_stats()
+    assert [r["backward_passes"] for r in mon.rows()] == [1, 1]
+    assert [r["intermediate_gradients"] for r in mon.rows()] == [4 + 2 * 8 * 500 * 4] * 2
 
 
 def test_the_backward_wrappers_are_removed_and_leave_others_in_place():

@@ -13,10 +13,12 @@ import gc
 import io
 import pickle
 import threading
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memlab_rs import LineProfiler, _core, _cpu_source
 
@@ -225,6 +227,25 @@ def test_storages_alive_before_enable_are_adopted_once_and_their_frees_recognise
     assert records['held.pop("before")']["allocated_bytes.all.freed"] == 3 * MiB
     assert records['held.pop("numpy")']["allocated_bytes.all.freed"] == MiB
     assert records['held.pop("before")']["allocated_bytes.all.allocated"] == 0
+
+
+def test_fake_tensors_alive_at_enable_are_not_adopted():
+    """A fake tensor (torch.compile's caches and the estimate make them) reports a CPU
+    device and a storage of its size, on no memory: the baseline leaves it out, and never
+    reads its data pointer (torch warns at that, calling it a bug in the user's code)."""
+    with FakeTensorMode():
+        fake = torch.empty(4, MiB // 4)  # 4 MiB that exist nowhere
+    real = torch.empty(MiB // 4)
+    assert _core._cpu_mode() is None  # the start below walks (a second user would not)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _core._cpu_start() == "allocator"
+    try:
+        assert _core._cpu_table_has(real.data_ptr(), MiB)
+        assert not _core._cpu_table_has(0, 4 * MiB)
+        assert fake.untyped_storage().device.type == "meta"
+    finally:
+        _core._cpu_stop()
 
 
 def test_per_call_work_does_not_walk_live_tensors():

@@ -216,8 +216,8 @@ def test_the_cli_the_markers_and_parse_size_read_a_size_alike(size):
     import argparse
 
     from memlab_rs import parse_size
-    from memlab_rs.cli import _size_argument
-    from memlab_rs.pytest_plugin import parse_limit
+    from memlab_rs.cli._arguments import size_argument
+    from memlab_rs.integrations.pytest_plugin import parse_limit
 
     try:
         expected = parse_size(size)
@@ -227,11 +227,11 @@ def test_the_cli_the_markers_and_parse_size_read_a_size_alike(size):
         if isinstance(size, str):
             why = str(error).split(" is not a size: ")[1]
             with pytest.raises(argparse.ArgumentTypeError, match=re.escape(why)):
-                _size_argument(size)
+                size_argument(size)
         return
     assert parse_limit(pytest.mark.limit_memory(size).mark).limit_bytes == expected
     if isinstance(size, str):
-        assert _size_argument(size) == expected
+        assert size_argument(size) == expected
 
 
 @FUZZ

@@ -12,9 +12,17 @@ import pytest
 import torch
 from paths import FIXTURES
 from signal_alarms import alarms_into, spread
+from tracker_readme import (
+    PARAMETER,
+    README_BLOCKS,
+    cuda_blocks,
+    numel,
+    parameter_groups,
+    vgg19_features,
+)
 
 import memlab_rs
-from memlab_rs import MemTracker
+from memlab_rs import MemTracker, TrackResult, TrackRow
 
 GOLDEN = str(FIXTURES / "tracker" / "cpu_steps.txt")
 
@@ -219,3 +227,68 @@ def test_a_timeout_raised_by_a_signal_handler_during_track_reaches_the_caller(tm
     raised, seen = alarms_into(tracker.track, spread(time.perf_counter() - start, 12))
     assert raised > 0 and seen == raised
     del keep
+
+
+def _readme_result(blocks: bool) -> TrackResult:
+    """The README's VGG-19 parameter rows as data: each storage's own bytes, and what the
+    allocator holds for it (CUDA's 512-byte blocks when ``blocks``, else the same)."""
+    rows = []
+    for shape, count in parameter_groups().items():
+        nbytes = numel(shape) * 4
+        rows.append(
+            TrackRow(
+                sign="+",
+                count=count,
+                shape=str(shape),
+                dtype="torch.float32",
+                bytes=count * (cuda_blocks(nbytes) if blocks else nbytes),
+                storage_bytes=count * nbytes,
+                type=PARAMETER.split(" | ")[0],
+            )
+        )
+    return TrackResult(
+        rows=rows,
+        total_bytes=sum(r.bytes for r in rows),
+        total_storage_bytes=sum(r.storage_bytes for r in rows),
+        allocated_bytes=sum(r.bytes for r in rows),
+        tensors=sum(r.count for r in rows),
+        where="main.py line 12: <module>",
+        strategy="given",
+        incomplete=None,
+    )
+
+
+@pytest.mark.parametrize("blocks", [True, False], ids=["cuda-blocks", "cpu"])
+def test_rows_print_the_storages_bytes_as_the_original(blocks, tmp_path):
+    # On CUDA the allocator rounds each storage up to 512 bytes: (64, 3, 3, 3) float32 is
+    # 6912 bytes in 7168 of blocks, each (64,) 256 in 512. The log prints what the README
+    # of the original prints (0.0065 M, 0.0004 M), whatever the blocks.
+    result = _readme_result(blocks)
+    text = result.text()
+    assert {line for line in text.splitlines() if line.startswith("+")} == README_BLOCKS[0][0]
+    assert "Total Tensor Used Memory:76.4   Mb" in text
+    assert result.total_storage_bytes == 80_097_536
+    assert result.total_bytes - result.total_storage_bytes == (768 if blocks else 0)
+    # The data and the HTML keep both, and say which is which.
+    first = next(r for r in result.rows if r.shape == "(64, 3, 3, 3)")
+    assert (first.storage_bytes, first.bytes) == (6912, 7168 if blocks else 6912)
+    html = result.html()
+    assert "storage bytes" in html and "allocator bytes" in html and "512-byte blocks" in html
+    assert ">6912</td><td style=\"text-align:right\">6.8 KiB</td>" in html
+    assert f"<td style=\"text-align:right\">{first.bytes}</td><td>&lt;class" in html
+    path = tmp_path / "track.json"
+    result.save(path)
+    loaded = memlab_rs.load(path)
+    assert loaded == result and loaded.text() == text and loaded.html() == html
+
+
+def test_vgg19_rows_on_the_cpu_are_the_originals(tmp_path):
+    tracker = MemTracker(path=f"{tmp_path}/", device="cpu")
+    before = tracker.track()
+    model = vgg19_features()
+    result = tracker.track()
+    assert {r.line for r in result.rows} == README_BLOCKS[0][0]
+    assert all(r.bytes == r.storage_bytes for r in result.rows)  # the CPU has no blocks
+    assert result.total_storage_bytes - before.total_storage_bytes == 80_097_536
+    assert result.total_bytes - before.total_bytes == 80_097_536
+    del model

@@ -25,7 +25,8 @@ import os
 import sys
 from typing import Any
 
-from . import _runner, results
+from .. import results
+from . import _runner
 
 
 class RunError(Exception):
@@ -44,7 +45,7 @@ def run(options: argparse.Namespace, kind: str, name: str, args: list[str]) -> i
     except _runner.NotRunnable as error:
         raise RunError(str(error)) from None
 
-    from .line_profiler.global_profiler import _use_device, profile
+    from ..line_profiler.global_profiler import _use_device, profile
 
     if options.device is not None:
         _use_device(device)
@@ -52,7 +53,7 @@ def run(options: argparse.Namespace, kind: str, name: str, args: list[str]) -> i
     builtins.profile = profile  # type: ignore[attr-defined]
     tracer = None
     if options.trace:
-        from .trace import Tracer
+        from ..trace import Tracer
 
         tracer = Tracer(device=device).start()
 
@@ -84,7 +85,7 @@ def _save_all(
 ) -> tuple[list[tuple[str, str]], bool]:
     """Save every result asked for or made: (what, path) of each file written, and
     whether one could not be written (said on stderr)."""
-    from .line_profiler.global_profiler import _existing
+    from ..line_profiler.global_profiler import _existing
 
     base = _base_name(options.outfile, main.stem, folder)
     saved = []
@@ -114,7 +115,7 @@ def _tensor_report(namespace: dict[str, Any], device: str | None) -> Any:
     tensors (``model.fc.weight``, ``extra``) and its optimizers' state."""
     import torch
 
-    from .reporter import MemReporter
+    from ..reporter import MemReporter
 
     holder = torch.nn.Module()
     optimizers = []
@@ -142,8 +143,8 @@ def _tensor_report(namespace: dict[str, Any], device: str | None) -> Any:
 def _line_targets(names: list[str], main: _runner.Main) -> Any:
     if not names:
         return None
-    from .line_profiler.global_profiler import global_line_profiler
-    from .line_profiler.targets import LineTargets
+    from ..line_profiler.global_profiler import global_line_profiler
+    from ..line_profiler.targets import LineTargets
 
     try:
         targets = LineTargets(global_line_profiler(), names)
@@ -156,7 +157,7 @@ def _line_targets(names: list[str], main: _runner.Main) -> Any:
 
 def _device(given: str | None) -> str:
     """The device the tools read: ``--device``, else this rank's GPU, else the CPU."""
-    from ._torch import line_profiler_device, local_cuda_index
+    from .._torch import line_profiler_device, local_cuda_index
 
     try:
         return line_profiler_device(given, local_cuda_index())
