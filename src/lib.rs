@@ -33,17 +33,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(gc_callback.clone())?;
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
-    m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<courtesy::HostBook>()?;
-    m.add_class::<line_profiler::py::LineReportView>()?;
     m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_cpu_live, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_set_cpu_tracking, m)?)?;
     use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_allocated, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_freed, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_adopted, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::_cpu_live, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_set_cpu_glue, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_table_has, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_adopted_gone, m)?)?;
@@ -58,8 +55,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_set_tag, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_active, m)?)?;
     cpu::trace::register_fork_handler(m.py())?;
-    m.add_function(wrap_pyfunction!(line_profiler::_hook_errors, m)?)?;
-    m.add_function(wrap_pyfunction!(line_profiler::_cuda_direct_why_not, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        sources::cuda::direct::_cuda_direct_why_not,
+        m
+    )?)?;
     m.add_function(wrap_pyfunction!(
         sources::cuda::direct::_cuda_direct_notice,
         m
@@ -68,13 +67,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         sources::cuda::direct::_cuda_direct_checks,
         m
     )?)?;
-    use line_profiler::{monitoring, tracing};
-    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_start, m)?)?;
-    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_resume, m)?)?;
-    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_line, m)?)?;
-    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
-    m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
-    m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
     m.add_class::<monitor::source::MonitorSource>()?;
     m.add_class::<monitor::saved::SavedTensorHooks>()?;
     m.add_class::<monitor::saved::SavedHeld>()?;
@@ -92,7 +84,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
-    line_profiler::register(m)?;
+    line_profiler::py::register(m)?;
     test_memory::py::register(m)?;
     trace::py::register(m)?;
     tensor_report::py::register(m)?;

@@ -23,18 +23,20 @@ if _typing.TYPE_CHECKING:
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
     from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
-    from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
-    from .line_result import LineProfileResult
-    from .merge import MergedLineProfile
-    from .monitor import MemoryMonitor, memory_profiler
-    from .monitor_result import MonitorResult
-    from .profile import (
+    from .line_profiler import (
+        DEFAULT_COLUMNS,
+        LineProfiler,
+        LineProfileResult,
+        LineRecordsDisplay,
+        MergedLineProfile,
         clear_global_line_profiler,
         global_line_profiler,
         profile,
         profile_every,
         set_target_gpu,
     )
+    from .monitor import MemoryMonitor, memory_profiler
+    from .monitor_result import MonitorResult
     from .results import load
     from .results.diff import ResultDiff, diff_results
     from .results.merge import gather_results, merge_results
@@ -88,13 +90,11 @@ _HOMES: dict[str, str] = {
                     ".courtesy"),  # fmt: skip
     **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
                     ".estimate"),  # fmt: skip
-    **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineRecordsDisplay"], ".line_profiler"),
-    "LineProfileResult": ".line_result",
-    "MergedLineProfile": ".merge",
+    **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineProfileResult", "LineRecordsDisplay",
+                     "MergedLineProfile", "clear_global_line_profiler", "global_line_profiler",
+                     "profile", "profile_every", "set_target_gpu"], ".line_profiler"),  # fmt: skip
     **dict.fromkeys(["MemoryMonitor", "memory_profiler"], ".monitor"),
     "MonitorResult": ".monitor_result",
-    **dict.fromkeys(["clear_global_line_profiler", "global_line_profiler", "profile",
-                     "profile_every", "set_target_gpu"], ".profile"),  # fmt: skip
     **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
                     ".tensor_report"),  # fmt: skip
     "load": ".results",
@@ -133,10 +133,10 @@ def __dir__() -> list[str]:
 
 class _Front(_types.ModuleType):
     """This package's module object. Where a public name is also the name of a submodule
-    (``profile``, ``estimate``: functions of the modules of that name), the binding the
-    import system makes on a package when one of its submodules is first imported does
-    not replace the public name, whoever imports the submodule first (``memlab-rs run``
-    imports ``memlab_rs.profile`` before the script's ``from memlab_rs import profile``)."""
+    (``estimate``: the function of the module of that name), the binding the import
+    system makes on a package when one of its submodules is first imported does not
+    replace the public name, whoever imports the submodule first (``memlab_rs.estimate``
+    imported before ``from memlab_rs import estimate``). No module is named ``profile``."""
 
     def __setattr__(self, name: str, value: _typing.Any) -> None:
         submodule = isinstance(value, _types.ModuleType) and value.__name__ == f"{__name__}.{name}"

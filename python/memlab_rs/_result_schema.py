@@ -8,8 +8,10 @@ some fields and not others), so a wrong type at one field surfaced anywhere late
 range its renderer takes: byte counts fit in an i64, line numbers in a u32), and the few
 rules between fields (one value per column, one entry per rank) are stated beside them.
 ``check(kind, data, meta)`` raises a ValueError naming the field, what it must be and what
-it is; the kind's ``from_data`` then only builds. The later redesign turns these into
-serde-typed Rust structs; until then they are written as data, in one file, to move there.
+it is; the kind's ``from_data`` then only builds. The redesign turns these into serde-typed
+Rust structs, room by room: a converted kind's schema is its derive (``test_memory``'s, the
+line profiler's ``line_profile`` and ``merged_line_profile``), checked when its class takes
+the data (``results.Result``), and it leaves this file.
 
 What is left to others: the syntax, nesting and numbers of the JSON text
 (``_core.check_result_json``, before parsing), and the kinds whose data Rust reads: their
@@ -33,14 +35,12 @@ from ._categories import CATEGORIES
 from ._json_schema import (
     I64_MIN,
     RANK_MAX,
-    U32_MAX,
     Bool,
     Float,
     Int,
     List,
     Map,
     Obj,
-    OneOf,
     Opt,
     Spec,
     Str,
@@ -52,7 +52,6 @@ from ._json_schema import (
 
 BYTES = Int(0)  # byte counts and counts: the renderers take u64 or i64
 SIGNED = Int(I64_MIN)  # a line's change, a monitor's figure: i64
-LINE = Int(0, U32_MAX)
 RANK = Int(0, RANK_MAX)
 WORLD = Int(1, RANK_MAX + 1)
 SECONDS = Float()
@@ -106,95 +105,6 @@ META = Obj(
     },
 )
 
-# -- line profiles -------------------------------------------------------------------------------
-
-
-def _values_per_column(data: dict[str, Any], where: str) -> None:
-    width = len(data["columns"])
-    for f in data["functions"]:
-        for line in f["lines"]:
-            values = line[3]
-            if values is not None and len(values) != width:
-                raise ValueError(
-                    f"{where}: line {line[0]} of {f['qualname']}: {len(values)} values for "
-                    f"{width} columns"
-                )
-
-
-LINE_PROFILE = Obj(
-    "line_profile",
-    {
-        "columns": TEXTS,
-        "functions": List(
-            Obj(
-                "line_profile function {i}",
-                {
-                    "qualname": TEXT,
-                    "lines": List(
-                        Tuple(
-                            "[line, code, hits, values or null]",
-                            LINE,
-                            TEXT,
-                            BYTES,
-                            Opt(List(SIGNED)),
-                        )
-                    ),
-                },
-                optional={"filename": TEXT},
-            )
-        ),
-        "notices": TEXTS,
-    },
-    rules=(_values_per_column,),
-)
-
-
-def _one_entry_per_rank(data: dict[str, Any], where: str) -> None:
-    ranks, width = len(data["ranks"]), len(data["columns"])
-    for f in data["functions"]:
-        for ln, _code, hits, values in f["lines"]:
-            if len(hits) != ranks or len(values) != ranks:
-                raise ValueError(
-                    f"{where}: line {ln} of {f['qualname']}: {len(hits)} hits and "
-                    f"{len(values)} values for {ranks} ranks"
-                )
-            if any(v is not None and len(v) != width for v in values):
-                raise ValueError(
-                    f"{where}: line {ln} of {f['qualname']}: values for other than "
-                    f"{width} columns"
-                )
-
-
-MERGED_LINE_PROFILE = Obj(
-    "merged_line_profile",
-    {
-        "columns": TEXTS,
-        "ranks": List(RANK),
-        "world_size": WORLD,
-        "functions": List(
-            Obj(
-                "merged_line_profile function {i}",
-                {
-                    "qualname": TEXT,
-                    "filename": TEXT,
-                    "lines": List(
-                        Tuple(
-                            "[line, code, hits per rank, values per rank]",
-                            LINE,
-                            TEXT,
-                            List(Opt(BYTES)),
-                            List(Opt(List(SIGNED))),
-                        )
-                    ),
-                },
-            )
-        ),
-        "notices": TEXTS,
-    },
-    rules=(_unique_ranks, _one_entry_per_rank),
-)
-
-# -- the estimate, a test's memory -------------------------------------------------------------
 
 def _activation_at_peak(data: dict[str, Any], where: str) -> None:
     if "activation" not in data["peak_by_category"]:
@@ -326,8 +236,6 @@ MONITOR = Obj(
 
 #: kind -> the schema of its ``data``.
 SCHEMAS: dict[str, Obj] = {
-    "line_profile": LINE_PROFILE,
-    "merged_line_profile": MERGED_LINE_PROFILE,
     "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
     "monitor": MONITOR,

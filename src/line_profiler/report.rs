@@ -1,134 +1,109 @@
-//! Analysis: a collector's rows turned into a line report, one block per function with
-//! its source, for the columns the user asked for, and the notices that say where the
-//! report may be incomplete.
+//! Analysis: a collector's rows turned into a line profile (the result), one function per
+//! profiled code object that ran, with its source, for every column the source has, and
+//! the notices that say where the profile may be incomplete.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
-use super::engine::Collector;
-
-/// One source line of a profiled function and, if it ran, its values.
-#[derive(Clone, Debug)]
-pub struct LineEntry {
-    pub line: u32,
-    pub code: String,
-    /// None for a line that never ran; otherwise one value per report column.
-    pub values: Option<Vec<i64>>,
-    pub hits: u64,
-}
-
-/// One profiled function's lines.
-#[derive(Clone, Debug)]
-pub struct FunctionBlock {
-    pub qualname: String,
-    pub lines: Vec<LineEntry>,
-}
+use super::frames::Row;
+use super::result::{Function, Line, LineProfile};
 
 /// The source text of a function: its first line number and its lines (with newlines, as
 /// `inspect.getsourcelines` gives them). None when the source is not available.
-pub type Source = Option<(u32, Vec<String>)>;
+pub type SourceLines = Option<(u32, Vec<String>)>;
 
 /// Columns whose values come from outside the collector: name -> one {line: value} map per
 /// selected function (a line that ran and is not in its map shows 0).
-pub type ExtraColumns = HashMap<String, Vec<HashMap<u32, i64>>>;
+pub type ExtraColumns = BTreeMap<String, PerFunction>;
 
-/// The selected columns of the selected functions that ran.
-#[derive(Clone, Debug)]
-pub struct LineReport {
-    pub columns: Vec<String>,
-    pub blocks: Vec<FunctionBlock>,
-    /// Why the numbers may be incomplete, one line each (empty: nothing to say). Renderers
-    /// print them under the tables.
-    pub notices: Vec<String>,
+/// One extra column's values: a {line: value} map per selected function.
+pub type PerFunction = Vec<HashMap<u32, i64>>;
+
+/// One profiled code object's rows, as the collector recorded them.
+pub struct Recorded<'a> {
+    pub qualname: &'a str,
+    pub filename: &'a str,
+    pub rows: &'a BTreeMap<u32, Row>,
 }
 
-/// What a collector's report must say about itself: events it lost, errors met while
-/// handling them, and the notices collected while it ran (threads whose tracer was
-/// replaced, a source's fallback, ...).
-pub fn notices(collector: &Collector) -> Vec<String> {
+/// What a collector has to say about itself, besides its rows.
+#[derive(Default)]
+pub struct Incidents<'a> {
+    /// Events of its code objects dropped because the engine was busy.
+    pub dropped: u64,
+    /// Errors met while handling its events, and the first of them.
+    pub errors: u64,
+    pub first_error: Option<&'a str>,
+    /// The notices collected while it ran (threads whose tracer was replaced, a source's
+    /// fallback, ...).
+    pub notices: &'a [String],
+}
+
+/// The lines a report prints under its tables: events lost, errors met, then the notices.
+pub fn notices(incidents: &Incidents<'_>) -> Vec<String> {
     let mut out = Vec::new();
-    if collector.dropped > 0 {
+    if incidents.dropped > 0 {
         out.push(format!(
             "{} interpreter events were dropped because the profiler was busy (called from \
              code it runs itself, or held by another thread): the lines they belong to may \
              miss hits or memory",
-            collector.dropped
+            incidents.dropped
         ));
     }
-    if collector.errors > 0 {
+    if incidents.errors > 0 {
         out.push(format!(
             "{} error(s) while handling interpreter events; the lines they belong to may be \
              incomplete. The first: {}",
-            collector.errors,
-            collector.first_error.as_deref().unwrap_or("(unknown)")
+            incidents.errors,
+            incidents.first_error.unwrap_or("(unknown)")
         ));
     }
-    out.extend(collector.notices.iter().cloned());
+    out.extend(incidents.notices.iter().cloned());
     out
 }
 
-/// Check `columns` against the statistics the collector's source has.
-pub fn column_indexes(names: &[String], columns: &[String], device: &str) -> PyResult<Vec<usize>> {
-    columns
-        .iter()
-        .map(|column| {
-            names.iter().position(|name| name == column).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "unknown column {column:?}: the columns are the keys of \
-                     torch.cuda.memory_stats() that the {device} source has: {}",
-                    names.join(", ")
-                ))
-            })
-        })
-        .collect()
+/// The report's columns: every statistic the source has (`names`, or `catalogue` when it
+/// has reported none yet), then those asked for that it does not list (a private pool's,
+/// which no catalogue names), then the extra columns.
+pub fn columns(
+    names: &[String],
+    catalogue: Vec<String>,
+    asked: &[String],
+    extra: &ExtraColumns,
+) -> Vec<String> {
+    let mut out = if names.is_empty() {
+        catalogue
+    } else {
+        names.to_vec()
+    };
+    for column in asked {
+        if !out.contains(column) && !extra.contains_key(column) {
+            out.push(column.clone());
+        }
+    }
+    out.extend(extra.keys().cloned());
+    out
 }
 
-/// Build the report for the functions at `selected` (code indexes, in registration order).
+/// Build the line profile of `functions` (each with its source) for `columns`, whose values
+/// come from the rows (`names`: the statistics a row's values are) or from `extra`. A
+/// column neither has reads 0: the source never saw it (CUDA never initialised).
 pub fn build(
-    collector: &Collector,
-    columns: &[String],
-    selected: &[u32],
-    sources: &[Source],
+    names: &[String],
+    columns: Vec<String>,
+    functions: &[(Recorded<'_>, &SourceLines)],
     extra: &ExtraColumns,
-) -> PyResult<LineReport> {
-    let ran: Vec<u32> = selected
-        .iter()
-        .copied()
-        .filter(|&i| !collector.codes[i as usize].rows.is_empty())
-        .collect();
-    if ran.is_empty() {
-        return Ok(LineReport {
-            columns: columns.to_vec(),
-            blocks: Vec::new(),
-            notices: notices(collector),
-        });
-    }
-    let device = collector.device.name();
-    // No names yet: the CUDA source never saw CUDA initialised, so every value read zero.
-    let own: Vec<String> = columns
-        .iter()
-        .filter(|c| !extra.contains_key(*c))
-        .cloned()
-        .collect();
-    let own_indexes = if collector.names.is_empty() {
-        vec![usize::MAX; own.len()]
-    } else {
-        column_indexes(&collector.names, &own, &device)?
-    };
-    // Per report column: Ok(index into the collector's values) or Err(its extra maps).
-    let mut own_iter = own_indexes.into_iter();
-    let indexes: Vec<Result<usize, &Vec<HashMap<u32, i64>>>> = columns
+    notices: Vec<String>,
+) -> LineProfile {
+    // Per report column: Ok(index into the rows' values, if they have it) or Err(its maps).
+    let indexes: Vec<Result<Option<usize>, &PerFunction>> = columns
         .iter()
         .map(|c| match extra.get(c) {
             Some(maps) => Err(maps),
-            None => Ok(own_iter.next().unwrap_or(usize::MAX)),
+            None => Ok(names.iter().position(|name| name == c)),
         })
         .collect();
-    let mut blocks = Vec::new();
-    for (position, (i, source)) in selected.iter().zip(sources).enumerate() {
-        let code = &collector.codes[*i as usize];
+    let mut out = Vec::new();
+    for (position, (code, source)) in functions.iter().enumerate() {
         if code.rows.is_empty() {
             continue;
         }
@@ -137,7 +112,7 @@ pub fn build(
                 let values = indexes
                     .iter()
                     .map(|k| match k {
-                        Ok(k) => row.values.get(*k).copied().unwrap_or(0),
+                        Ok(k) => k.and_then(|k| row.values.get(k).copied()).unwrap_or(0),
                         Err(maps) => maps
                             .get(position)
                             .and_then(|m| m.get(&line))
@@ -148,40 +123,100 @@ pub fn build(
                 (values, row.hits)
             })
         };
-        let mut lines: Vec<LineEntry> = Vec::new();
+        let mut lines: Vec<Line> = Vec::new();
         if let Some((start, text)) = source {
             for (offset, code_line) in text.iter().enumerate() {
                 let line = start + offset as u32;
                 let found = pick(line);
-                lines.push(LineEntry {
-                    line,
-                    code: code_line.clone(),
-                    hits: found.as_ref().map_or(0, |f| f.1),
-                    values: found.map(|f| f.0),
-                });
+                let hits = found.as_ref().map_or(0, |f| f.1);
+                lines.push(Line(line, code_line.clone(), hits, found.map(|f| f.0)));
             }
         }
         // Lines the source does not cover (no source, or it changed on disk).
         for &line in code.rows.keys() {
-            if !lines.iter().any(|entry| entry.line == line) {
+            if !lines.iter().any(|entry| entry.0 == line) {
                 let (values, hits) = pick(line).unwrap_or_default();
-                lines.push(LineEntry {
-                    line,
-                    code: String::new(),
-                    values: Some(values),
-                    hits,
-                });
+                lines.push(Line(line, String::new(), hits, Some(values)));
             }
         }
-        lines.sort_by_key(|entry| entry.line);
-        blocks.push(FunctionBlock {
-            qualname: code.qualname.clone(),
+        lines.sort_by_key(|entry| entry.0);
+        out.push(Function {
+            qualname: code.qualname.to_string(),
+            filename: code.filename.to_string(),
             lines,
         });
     }
-    Ok(LineReport {
-        columns: columns.to_vec(),
-        blocks,
-        notices: notices(collector),
-    })
+    LineProfile {
+        columns,
+        functions: out,
+        notices,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rows_become_lines_with_their_source() {
+        let mut rows = BTreeMap::new();
+        rows.insert(
+            11,
+            Row {
+                hits: 2,
+                values: vec![5, 7],
+            },
+        );
+        rows.insert(
+            20,
+            Row {
+                hits: 1,
+                values: vec![1, 1],
+            },
+        );
+        let source: SourceLines = Some((10, names(&["def f():\n", "    x = 1\n"])));
+        let code = Recorded {
+            qualname: "f",
+            filename: "m.py",
+            rows: &rows,
+        };
+        let mut extra = ExtraColumns::new();
+        extra.insert("peak_live".into(), vec![HashMap::from([(11, 64)])]);
+        let columns = columns(&names(&["a", "b"]), vec![], &names(&["b", "p.x"]), &extra);
+        assert_eq!(columns, names(&["a", "b", "p.x", "peak_live"]));
+        let profile = build(
+            &names(&["a", "b"]),
+            columns,
+            &[(code, &source)],
+            &extra,
+            vec![],
+        );
+        let lines = &profile.functions[0].lines;
+        assert_eq!(lines[0], Line(10, "def f():\n".into(), 0, None));
+        assert_eq!(
+            lines[1],
+            Line(11, "    x = 1\n".into(), 2, Some(vec![5, 7, 0, 64]))
+        );
+        // A line the source does not cover still shows.
+        assert_eq!(lines[2], Line(20, String::new(), 1, Some(vec![1, 1, 0, 0])));
+        assert_eq!(profile.functions[0].filename, "m.py");
+    }
+
+    #[test]
+    fn incidents_come_first() {
+        let said = names(&["thread 2 stopped"]);
+        let notices = notices(&Incidents {
+            dropped: 3,
+            errors: 1,
+            first_error: Some("boom"),
+            notices: &said,
+        });
+        assert!(notices[0].starts_with("3 interpreter events were dropped"));
+        assert!(notices[1].ends_with("The first: boom"));
+        assert_eq!(notices[2], "thread 2 stopped");
+    }
 }

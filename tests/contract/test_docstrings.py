@@ -29,20 +29,26 @@ import pytest
         "memlab_rs.trace.names",
         "memlab_rs.estimate",
         "memlab_rs.results",
-        "memlab_rs.line_result",
+        "memlab_rs.line_profiler.columns",
+        "memlab_rs.line_profiler.code",
+        "memlab_rs.line_profiler.view",
+        "memlab_rs.line_profiler.display",
+        "memlab_rs.line_profiler.result",
+        "memlab_rs.line_profiler.profiler",
+        "memlab_rs.line_profiler.merged",
+        "memlab_rs.line_profiler.diff",
         "memlab_rs.tracker.result",
         "memlab_rs.tracker.track",
         "memlab_rs.monitor_result",
         "memlab_rs.trace.saved",
         "memlab_rs._backward_calls",
         "memlab_rs._module_hooks",
-        "memlab_rs.merge",
         "memlab_rs.results.diff",
         "memlab_rs.results.merge",
         "memlab_rs.cli.main",
         "memlab_rs.cli._arguments",
         "memlab_rs.cli.run",
-        "memlab_rs._line_targets",
+        "memlab_rs.line_profiler.targets",
         "memlab_rs.cli._runner",
         "memlab_rs.cli._profiled_run",
         "memlab_rs.integrations.pytest_plugin",
@@ -68,7 +74,10 @@ def test_docstring_examples(module):
     assert runner.failures == 0
 
 
-@pytest.mark.parametrize("module", ["memlab_rs.merge", "memlab_rs.results.diff"])
+@pytest.mark.parametrize(
+    "module",
+    ["memlab_rs.line_profiler.merged", "memlab_rs.line_profiler.diff", "memlab_rs.results.diff"],
+)
 def test_line_profile_examples_hold_whatever_else_is_alive(module):
     """Their figures are what a line allocated, which no other CPU tensor alive in the process
     changes (a line's peak counts every live storage, as on CUDA: another test module's

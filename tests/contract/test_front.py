@@ -77,13 +77,14 @@ def test_every_public_name_resolves():
 def test_every_way_in_gives_the_public_names_in_a_fresh_interpreter():
     """From nothing imported: `from memlab_rs import *`, attribute access, the
     pytorch_memlab alias, submodules as attributes; a public name that is also a
-    submodule's name (`profile`, `estimate`) stays the public name even when the submodule
-    was imported first (`memlab-rs run` imports memlab_rs.profile before the script does
+    submodule's name (`estimate`) stays the public name even when the submodule was imported
+    first, and `profile` stays the function when the module defining it was imported first
+    (`memlab-rs run` imports memlab_rs.line_profiler.global_profiler before the script does
     `from memlab_rs import profile`)."""
     code = textwrap.dedent(
         """
         import importlib, inspect, sys
-        profile_module = importlib.import_module("memlab_rs.profile")
+        profile_module = importlib.import_module("memlab_rs.line_profiler.global_profiler")
         estimate_module = importlib.import_module("memlab_rs.estimate")
         import memlab_rs
         assert memlab_rs.profile is profile_module.profile, memlab_rs.profile

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import memlab_rs
-from memlab_rs import LineProfiler, _columns
+from memlab_rs import LineProfiler
+from memlab_rs.line_profiler import columns as line_columns
 
 MiB = 1 << 20
 
@@ -32,7 +33,7 @@ def test_columns_none_shows_every_column_the_source_has():
     with lp:
         allocate(256)
     shown = lp.display(columns=None)
-    assert shown.columns == list(_columns.cpu_catalogue())
+    assert shown.columns == list(line_columns.catalogue("cpu"))
     assert shown.columns == lp._collector.column_names()
     row = next(r for r in shown.records() if r["code"].strip() == "a = torch.empty(n, 1024)")
     assert row["allocated_bytes.all.allocated"] == MiB and row["allocation.all.allocated"] == 1
@@ -41,20 +42,10 @@ def test_columns_none_shows_every_column_the_source_has():
 
 
 def test_the_cpu_catalogue_is_what_the_cpu_source_has():
-    # _columns.CPU_STATS mirrors src/line_profiler/layout.rs: this fails if they drift.
+    # The catalogue checked before anything runs is the names the CPU source reports.
     with LineProfiler(allocate, device="cpu") as lp:
         allocate(1)
-    assert tuple(lp._collector.column_names()) == _columns.cpu_catalogue()
-
-
-@pytest.mark.cuda
-def test_the_cuda_catalogue_covers_every_key_torch_has():
-    torch.zeros(1, device="cuda")
-    keys = set(torch.cuda.memory_stats())
-    private = {k for k in keys if k.startswith("reserved_bytes_by_private_pools.")}
-    assert keys - private <= set(_columns.cuda_catalogue())
-    for key in private:
-        assert _columns.check_columns([key], "cuda:0") == (key,)
+    assert tuple(lp._collector.column_names()) == line_columns.catalogue("cpu")
 
 
 def test_properties_partials_and_builtins_warn_as_pytorch_memlab_and_are_skipped():
@@ -167,19 +158,7 @@ def test_columns_are_checked_with_a_clear_message():
     fresh = LineProfiler(allocate, device="cpu")
     with pytest.raises(ValueError, match="unknown column 'bogus.all.peak'"):
         fresh.display(columns=["bogus.all.peak"])
-    assert _columns.check_columns(("reserved_bytes.large_pool.peak",), "cuda:0")
-
-
-def test_the_catalogue_does_not_initialise_cuda(script):
-    out = script(
-        """
-        import torch
-        from memlab_rs import _columns
-        _columns.check_columns(["active_bytes.large_pool.peak", "num_ooms"], "cuda:0")
-        print(len(_columns.cuda_catalogue()), torch.cuda.is_initialized())
-        """
-    )
-    assert out.split()[1] == "False" and int(out.split()[0]) > 100
+    assert line_columns.check_columns(("reserved_bytes.large_pool.peak",), "cuda:0")
 
 
 def test_signatures_match_pytorch_memlab():
@@ -231,5 +210,41 @@ def test_signatures_match_pytorch_memlab():
 def test_column_docstring_examples():
     import doctest
 
-    failures, tried = doctest.testmod(_columns, optionflags=doctest.ELLIPSIS)
+    failures, tried = doctest.testmod(line_columns, optionflags=doctest.ELLIPSIS)
     assert tried >= 3 and failures == 0
+
+
+def test_pytorch_memlab_line_profiler_path_gives_the_same_objects():
+    """``import memlab_rs as pytorch_memlab`` with ``sys.modules["pytorch_memlab"]`` set, as
+    code written for pytorch_memlab does: ``pytorch_memlab.line_profiler.LineProfiler``,
+    ``.profile``, ``.profile_every`` and ``.set_target_gpu`` are memlab_rs's own objects,
+    also when the submodule is imported under the alias (its package runs again under that
+    name and must hand out the same objects, not copies)."""
+    import importlib
+    import inspect
+    import sys
+
+    import memlab_rs as pytorch_memlab
+
+    names = ("LineProfiler", "profile", "profile_every", "set_target_gpu")
+    room = pytorch_memlab.line_profiler
+    for name in names:
+        assert getattr(room, name) is getattr(memlab_rs, name), name
+    assert inspect.isfunction(memlab_rs.profile)  # no module of the room is named profile
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "pytorch_memlab"}
+    for key in saved:
+        del sys.modules[key]
+    sys.modules["pytorch_memlab"] = pytorch_memlab
+    try:
+        aliased = importlib.import_module("pytorch_memlab.line_profiler")
+        assert aliased.__name__ == "pytorch_memlab.line_profiler"
+        for name in names:
+            assert getattr(aliased, name) is getattr(memlab_rs, name), name
+        from pytorch_memlab.line_profiler import profile
+
+        assert profile is memlab_rs.profile
+    finally:
+        for key in [k for k in sys.modules if k.split(".")[0] == "pytorch_memlab"]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+        memlab_rs.line_profiler = room  # the import bound the alias's module there

@@ -28,7 +28,7 @@ from memlab_rs import _module_hooks, trace
 
 # the module (memlab_rs.profile is the function), imported here: the lazy front imports it
 # only when a name of it is first used
-PROFILE_MODULE = importlib.import_module("memlab_rs.profile")
+PROFILE_MODULE = importlib.import_module("memlab_rs.line_profiler.global_profiler")
 
 
 class Net(nn.Module):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from memlab_rs import LineProfiler, _core
+from memlab_rs.line_profiler import columns as line_columns
 
 pytestmark = pytest.mark.cuda
 
@@ -468,3 +469,13 @@ def test_default_target_gpu_is_this_process_gpu(script):
     from_env, wrapped, current, device, explicit, last = out.split()
     assert (from_env, wrapped, current, explicit) == (last, last, last, "0")
     assert device == f"cuda:{last}"
+
+
+@pytest.mark.cuda
+def test_the_cuda_catalogue_covers_every_key_torch_has():
+    torch.zeros(1, device="cuda")
+    keys = set(torch.cuda.memory_stats())
+    private = {k for k in keys if k.startswith("reserved_bytes_by_private_pools.")}
+    assert keys - private <= set(line_columns.catalogue("cuda:0"))
+    for key in private:
+        assert line_columns.check_columns([key], "cuda:0") == (key,)

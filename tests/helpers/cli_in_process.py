@@ -17,7 +17,7 @@ from pathlib import Path
 import memlab_rs.cli
 
 # The module behind @profile (the package's `profile` is the decorator).
-PROFILE_MODULE = importlib.import_module("memlab_rs.profile")
+PROFILE_MODULE = importlib.import_module("memlab_rs.line_profiler.global_profiler")
 
 
 def interpreter_state() -> dict[str, object]:

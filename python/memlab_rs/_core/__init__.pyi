@@ -4,10 +4,10 @@ Every class and function the module registers (src/lib.rs) is here; tests/test_s
 compares the names with ``dir(memlab_rs._core)``.
 """
 
-import types
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex, final
 
+from . import line_profiler as line_profiler
 from . import merged_tensor_report as merged_tensor_report
 from . import tensor_report as tensor_report
 from . import test_memory as test_memory
@@ -19,14 +19,12 @@ __all__ = [
     "GradientLog",
     "GradientNodeHook",
     "HostBook",
-    "LineCollector",
     "LineReportView",
     "MonitorRowNames",
     "MonitorSource",
     "MonitorTensors",
     "SavedHeld",
     "SavedTensorHooks",
-    "ThreadTracer",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -51,14 +49,9 @@ __all__ = [
     "_estimate_html",
     "_estimate_replay",
     "_estimate_text",
-    "_fork_child",
-    "_fork_parent",
-    "_fork_prepare",
     "_gc_callback",
     "_gc_watch_state",
-    "_hook_errors",
     "_instances_of",
-    "_line_engine_table",
     "_monitor_csv_header",
     "_monitor_csv_row",
     "_monitor_data_ptrs",
@@ -66,21 +59,14 @@ __all__ = [
     "_monitor_iteration",
     "_monitor_state_ids",
     "_monitor_text",
-    "_monitoring_on_leave",
-    "_monitoring_on_line",
-    "_monitoring_on_resume",
-    "_monitoring_on_start",
-    "_monitoring_on_throw",
-    "_run_inside_engine",
     "_set_cpu_glue",
-    "_set_cpu_tracking",
-    "_trace_new_thread",
     "check_result_json",
     "driver_available",
     "driver_device_memory",
     "merged_tensor_report",
     "parse_size",
     "readable_size",
+    "line_profiler",
     "tensor_report",
     "test_memory",
     "trace",
@@ -123,67 +109,25 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
 def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
 
-# line_profiler/
-@final
-class LineCollector:
-    """The Rust side of one ``LineProfiler``: its code objects, rows and memory source."""
-
-    def __new__(cls, device: str) -> LineCollector: ...
-    def add_code(self, code: types.CodeType, qualname: str) -> bool: ...
-    def enable(self) -> None: ...
-    def disable(self) -> None: ...
-    def clear(self) -> None: ...
-    def set_device(self, device: str) -> None: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def stats_reader(self) -> str | None: ...
-    @property
-    def enabled(self) -> bool: ...
-    def codes(self) -> list[types.CodeType]: ...
-    def column_names(self) -> list[str]: ...
-    def session_peaks(self) -> dict[str, int]: ...
-    def report(
-        self,
-        columns: list[str],
-        selected: list[int],
-        sources: Sequence[tuple[int, list[str]] | None],
-        extra: dict[str, list[dict[int, int]]] | None = None,
-    ) -> LineReportView: ...
-
-@final
 class LineReportView:
-    """A built line report: text, HTML and records."""
+    """What a display shows of a line profile (its functions and columns), rendered as often
+    as asked."""
 
+    def __new__(cls, data: str, view: str) -> LineReportView: ...
+    def render(self, format: str) -> str:
+        """``"text"``, ``"html"``, ``"csv"`` or ``"json"`` (the data shown)."""
+    def records(self) -> str:
+        """The records as JSON: ``{"names": [...], "rows": [[...], ...]}``."""
     @property
     def columns(self) -> list[str]: ...
-    def text(self) -> str: ...
-    def html(self) -> str: ...
-    def records(self) -> list[tuple[str, int, int, str, list[int] | None]]: ...
     @property
     def notices(self) -> list[str]: ...
-    @staticmethod
-    def from_data(
-        columns: Sequence[str],
-        blocks: Sequence[tuple[str, Sequence[tuple[int, str, int, Sequence[int] | None]]]],
-        notices: Sequence[str],
-    ) -> LineReportView:
-        """A report from plain data: (qualname, lines) blocks, each line (line, code,
-        hits, values or None)."""
-    def data(
-        self,
-    ) -> tuple[list[str], list[tuple[str, list[tuple[int, str, int, list[int] | None]]]], list[str]]:  # noqa: E501
-        """(columns, blocks, notices): the inverse of ``from_data``."""
 
+# sources/cpu/
 def _cpu_allocated(nbytes: int) -> None: ...
 def _cpu_adopted(nbytes: int) -> None: ...
 def _cpu_freed(nbytes: int) -> None: ...
 def _cpu_live() -> tuple[int, int]: ...
-def _set_cpu_tracking(
-    start: Callable[[int], None], stop: Callable[[], None], retire: Callable[[int], None]
-) -> None:
-    """Tell the core how the CPU source starts, stops and retires tracking."""
-
 def _set_cpu_glue(
     library: str | None,
     probe: Callable[[], bool],
@@ -224,38 +168,12 @@ def _cpu_trace_set_tag(tag: str) -> None:
 def _cpu_trace_active() -> bool:
     """Whether a CPU trace is running."""
 
-def _run_inside_engine(callback: Callable[[], Any]) -> None:
-    """Run ``callback`` with the line profiler's engine held (for tests)."""
-
-def _line_engine_table() -> tuple[int, int]:
-    """The line profiler engine's collector table: (slots, collectors alive in them), once
-    queued drops are retired (for tests)."""
-
-def _fork_prepare() -> None: ...
-def _fork_parent() -> None: ...
-def _fork_child() -> None: ...
-
-@final
-class ThreadTracer:
-    """The trace object of a profiled thread on 3.9-3.11 (what ``sys.gettrace()`` returns);
-    put back with ``sys.settrace``, it puts the profiler's tracer back."""
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None: ...
-
-def _hook_errors() -> list[str]: ...
 def _cuda_direct_why_not(device: int) -> str | None: ...
 def _cuda_direct_notice(device: int) -> str | None:
     """Why ``cuda:device`` went back to the binding after memory disagreed with torch."""
 
 def _cuda_direct_checks(device: int) -> tuple[int, int, int]:
     """Checks against the binding in this process: (compared, mismatched, inconclusive)."""
-
-def _monitoring_on_start(code: types.CodeType, _offset: int) -> None: ...
-def _monitoring_on_resume(code: types.CodeType, offset: int) -> None: ...
-def _monitoring_on_line(code: types.CodeType, line: int) -> None: ...
-def _monitoring_on_leave(code: types.CodeType, _offset: int, _value: object) -> None: ...
-def _monitoring_on_throw(code: types.CodeType, offset: int, _error: object) -> None: ...
-def _trace_new_thread(frame: types.FrameType, _event: str, _arg: object) -> None: ...
 
 # saved_json.rs
 def check_result_json(text: bytes) -> None:

@@ -24,7 +24,7 @@ every live tensor, and each operator costs several microseconds.
 Where the counting mode lives, and why it never outlives profiling
 ------------------------------------------------------------------
 torch keeps dispatch modes on a stack per thread, and only a thread can take a mode off its
-own stack. The core tells this module when to act (``_core._set_cpu_tracking``):
+own stack. The core tells this module when to act (``_core.line_profiler._set_cpu_tracking``):
 
 - ``start_tracking(thread)``: the first profiled frame started on the calling thread. Any
   mode of ours still on this thread's stack (retired, see below) is taken off first, so
@@ -259,6 +259,6 @@ def forget() -> None:
     _live.clear()
 
 
-_core._set_cpu_tracking(start_tracking, stop_tracking, retire_tracking)
+_core.line_profiler._set_cpu_tracking(start_tracking, stop_tracking, retire_tracking)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -2,7 +2,7 @@
 
 Before the script runs: ``profile`` goes into builtins (memlab_rs's own decorator, on the
 global line profiler, so ``@profile`` behaves as it does in-process and still prints at
-exit), the ``--line`` functions are registered with that profiler (``_line_targets``), and
+exit), the ``--line`` functions are registered with that profiler (``line_profiler.targets``), and
 ``--trace`` starts a ``Tracer``. When the script ends, however it ends, each result is
 saved to its own file:
 
@@ -45,7 +45,7 @@ def run(options: argparse.Namespace, kind: str, name: str, args: list[str]) -> i
     except _runner.NotRunnable as error:
         raise RunError(str(error)) from None
 
-    from ..profile import _use_device, profile
+    from ..line_profiler.global_profiler import _use_device, profile
 
     if options.device is not None:
         _use_device(device)
@@ -85,7 +85,7 @@ def _save_all(
 ) -> tuple[list[tuple[str, str]], bool]:
     """Save every result asked for or made: (what, path) of each file written, and
     whether one could not be written (said on stderr)."""
-    from ..profile import _existing
+    from ..line_profiler.global_profiler import _existing
 
     base = _base_name(options.outfile, main.stem, folder)
     saved = []
@@ -143,8 +143,8 @@ def _tensor_report(namespace: dict[str, Any], device: str | None) -> Any:
 def _line_targets(names: list[str], main: _runner.Main) -> Any:
     if not names:
         return None
-    from .._line_targets import LineTargets
-    from ..profile import global_line_profiler
+    from ..line_profiler.global_profiler import global_line_profiler
+    from ..line_profiler.targets import LineTargets
 
     try:
         targets = LineTargets(global_line_profiler(), names)

@@ -7,7 +7,7 @@ The same ``sys.argv`` (``argv[0]`` the script, or the module's file for ``-m``),
 Python sets them, and the same exit status: ``SystemExit``'s code, 1 after an uncaught
 exception (its traceback printed by ``sys.excepthook``, without our frames), 130 after
 KeyboardInterrupt. The code is compiled here rather than by ``runpy`` so that functions
-named with ``--line`` are found in it before it runs (``_line_targets``).
+named with ``--line`` are found in it before it runs (``line_profiler.targets``).
 """
 
 from __future__ import annotations

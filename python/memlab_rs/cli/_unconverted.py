@@ -14,8 +14,6 @@ from typing import Any
 #: kind -> {format: the result's method that renders it, called with the view's options}.
 #: Written out rather than guessed from what methods a result happens to have.
 _METHODS: dict[str, dict[str, str]] = {
-    "line_profile": {"text": "text", "html": "html", "csv": "to_csv"},
-    "merged_line_profile": {"text": "text", "html": "html", "csv": "to_csv"},
     "monitor": {"text": "text", "html": "_repr_html_", "csv": "to_csv"},
     "estimate": {"text": "text", "html": "html"},
 }

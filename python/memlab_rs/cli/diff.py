@@ -34,7 +34,7 @@ class DiffCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..line_result import DEFAULT_COLUMNS
+        from ..line_profiler import DEFAULT_COLUMNS
         from ..results.diff import diff_results
         from . import _output
 

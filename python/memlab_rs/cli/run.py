@@ -1,6 +1,6 @@
 """``memlab-rs run [options] (script.py | -m module) [args ...]``: a script run as python
 runs it, under the profilers its options ask for, and the results saved (``_profiled_run``;
-running the script is ``_runner``'s job, finding ``--line`` functions ``_line_targets``').
+running the script is ``_runner``'s job, finding ``--line`` functions ``line_profiler.targets``').
 
 Our options stop at the script (or ``-m module``): everything after it is the script's,
 options included, so ``run`` reads its arguments itself (``split_argv``) before argparse

@@ -17,8 +17,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .._line_targets import defined_functions
 from ..line_profiler import DEFAULT_COLUMNS, LineProfiler
+from ..line_profiler.targets import defined_functions
 from ..results.atomic import write_text
 
 # Options that take a value, in every spelling (the statement starts after the options).

@@ -93,7 +93,14 @@ class Result:
         if format not in self._formats:
             have = ", ".join(self._formats)
             raise ValueError(f"format={format!r}: a {self.kind} result renders as {have}")
-        return self._rust.render(self._json, format, _dumps(view))
+        return self._rust.render(self._json, format, self._view_json(view, format))
+
+    def _view_json(self, view: dict[str, Any], format: str | None = None) -> str:
+        """The view's options as the JSON object the room's ``render`` reads for ``format``;
+        a kind whose options need checking or completing (a function given for its name,
+        the device a column error names, what a format shows when the view does not say)
+        says so here."""
+        return _dumps(view)
 
     def text(self) -> str:
         return self.render("text")

@@ -281,13 +281,11 @@ def _import_kinds() -> None:
 #: ``memlab_rs.estimate`` the attribute is the function, so ``from . import estimate`` would
 #: not name the module).
 _KIND_MODULES = (
-    "line_result",
+    "line_profiler",
     "tensor_report",
     "tracker",
     "estimate",
     "monitor_result",
     "trace",
     "test_memory",
-    "merge",
-    "diff",
 )

@@ -8,7 +8,7 @@
 use std::fmt::Write;
 
 use super::text::{format_value, is_byte_column};
-use crate::line_profiler::report::LineReport;
+use crate::line_profiler::result::LineProfile;
 use crate::text::escape::escape;
 
 /// Seaborn's "muted" palette (pytorch_memlab's), as translucent fills.
@@ -37,7 +37,7 @@ const STYLE: &str = "<style>\
 .memlab-rs .memlab-notes{margin:0.3em 0 1em 0}\
 </style>";
 
-pub fn render(report: &LineReport) -> String {
+pub fn render(report: &LineProfile) -> String {
     let mut out = tables(report);
     if !report.notices.is_empty() {
         out.push_str("<div class=\"memlab-rs\"><div class=\"memlab-notes\"><b>Notes</b><ul>");
@@ -49,24 +49,24 @@ pub fn render(report: &LineReport) -> String {
     out
 }
 
-fn tables(report: &LineReport) -> String {
-    if report.blocks.is_empty() {
+fn tables(report: &LineProfile) -> String {
+    if report.functions.is_empty() {
         return "<p>No data collected</p>".to_string();
     }
     let maxima: Vec<i64> = (0..report.columns.len())
         .map(|k| {
             report
-                .blocks
+                .functions
                 .iter()
                 .flat_map(|b| &b.lines)
-                .filter_map(|e| e.values.as_ref().map(|v| v[k]))
+                .filter_map(|e| e.values().map(|v| v[k]))
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let mut out = String::from("<div class=\"memlab-rs\">");
     out.push_str(STYLE);
-    for block in &report.blocks {
+    for block in &report.functions {
         let _ = write!(
             out,
             "<h3 class=\"memlab-func\">{}</h3><table class=\"memlab-lines\"><thead><tr>",
@@ -77,14 +77,14 @@ fn tables(report: &LineReport) -> String {
         }
         out.push_str("<th>line</th><th>code</th></tr></thead><tbody>");
         for entry in &block.lines {
-            let idle = if entry.values.is_some() {
+            let idle = if entry.values().is_some() {
                 ""
             } else {
                 " class=\"idle\""
             };
             let _ = write!(out, "<tr{idle}>");
             for (k, column) in report.columns.iter().enumerate() {
-                match entry.values.as_ref().map(|v| v[k]) {
+                match entry.values().map(|v| v[k]) {
                     Some(value) => cell(&mut out, column, value, maxima[k], COLORS[k % 10]),
                     None => out.push_str("<td class=\"num\"></td>"),
                 }
@@ -92,8 +92,8 @@ fn tables(report: &LineReport) -> String {
             let _ = write!(
                 out,
                 "<td class=\"line\">{}</td><td class=\"code\">{}</td></tr>",
-                entry.line,
-                escape(entry.code.trim_end_matches(['\n', '\r']))
+                entry.number(),
+                escape(entry.code())
             );
         }
         out.push_str("</tbody></table>");

@@ -5,7 +5,7 @@
 //! A report that may be incomplete ends with its notices (nothing when there are none, so
 //! the text is pytorch_memlab's).
 
-use crate::line_profiler::report::LineReport;
+use crate::line_profiler::result::LineProfile;
 use crate::text::size::memlab_bytes;
 
 /// Whether a column holds bytes (formatted as sizes) rather than counts.
@@ -28,7 +28,7 @@ struct Column {
     left: bool,
 }
 
-pub fn render(report: &LineReport) -> String {
+pub fn render(report: &LineProfile) -> String {
     let mut out = tables(report);
     if !report.notices.is_empty() {
         out.push_str("\nNotes:\n");
@@ -41,8 +41,8 @@ pub fn render(report: &LineReport) -> String {
     out
 }
 
-fn tables(report: &LineReport) -> String {
-    if report.blocks.is_empty() {
+fn tables(report: &LineProfile) -> String {
+    if report.functions.is_empty() {
         return "No data collected\n".to_string();
     }
     let parts: Vec<[String; 3]> = report
@@ -54,7 +54,7 @@ fn tables(report: &LineReport) -> String {
         })
         .collect();
     let blocks: Vec<String> = report
-        .blocks
+        .functions
         .iter()
         .map(|block| {
             let mut columns: Vec<Column> = parts
@@ -65,7 +65,7 @@ fn tables(report: &LineReport) -> String {
                     cells: block
                         .lines
                         .iter()
-                        .map(|entry| match &entry.values {
+                        .map(|entry| match entry.values() {
                             Some(values) => format_value(&report.columns[k], values[k]),
                             None => String::new(),
                         })
@@ -75,20 +75,16 @@ fn tables(report: &LineReport) -> String {
                 .collect();
             columns.push(Column {
                 header: ["line".into(), String::new(), String::new()],
-                cells: block.lines.iter().map(|e| e.line.to_string()).collect(),
+                cells: block.lines.iter().map(|e| e.number().to_string()).collect(),
                 left: false,
             });
             // pytorch_memlab pads code to the longest raw line (newline included) so that
             // pandas, which right-aligns, shows it left-aligned.
-            let width = block.lines.iter().map(|e| e.code.chars().count()).max();
+            let width = block.lines.iter().map(|e| e.1.chars().count()).max();
             let width = width.unwrap_or(0).max(4);
             columns.push(Column {
                 header: ["code".into(), String::new(), String::new()],
-                cells: block
-                    .lines
-                    .iter()
-                    .map(|e| e.code.trim_end_matches(['\n', '\r']).to_string())
-                    .collect(),
+                cells: block.lines.iter().map(|e| e.code().to_string()).collect(),
                 left: true,
             });
             let code_width = width;

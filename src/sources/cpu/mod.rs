@@ -362,6 +362,40 @@ pub fn fallback_counts() -> bool {
     FALLBACK.load(Relaxed)
 }
 
+/// Count a new CPU storage of `nbytes` (called by the dispatch-mode fallback; ignored
+/// unless the fallback is what counts now: see `fallback_counts`).
+#[pyfunction]
+pub fn _cpu_allocated(nbytes: i64) {
+    if fallback_counts() {
+        COUNTERS.allocated(nbytes);
+    }
+}
+
+/// Count a CPU storage that existed before tracking started (live, not allocated; ignored
+/// unless the fallback counts now).
+#[pyfunction]
+pub fn _cpu_adopted(nbytes: i64) {
+    if fallback_counts() {
+        COUNTERS.adopted(nbytes);
+    }
+}
+
+/// Count a freed CPU storage of `nbytes` (called when its weak reference dies; ignored
+/// unless the fallback counts now: a weak reference of an earlier fallback session dying
+/// while the allocator hook counts must not uncount what the hook counted).
+#[pyfunction]
+pub fn _cpu_freed(nbytes: i64) {
+    if fallback_counts() {
+        COUNTERS.freed(nbytes);
+    }
+}
+
+/// Live CPU storages the counters know: (bytes, count).
+#[pyfunction]
+pub fn _cpu_live() -> (i64, i64) {
+    COUNTERS.live()
+}
+
 /// How CPU memory is counted now (None when nobody counts).
 pub fn mode() -> Option<Mode> {
     info().mode.clone()

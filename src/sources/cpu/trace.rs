@@ -4,9 +4,9 @@
 //!
 //! A trace is one user of the CPU source (`super::start` / `super::stop`), so the allocator
 //! hook is installed while it runs, with or without a line profiler. Starting and stopping
-//! run under the line profiler's engine lock, like every other start and stop of the CPU
-//! source: that lock is held across `fork()`, so a child never inherits the source's own
-//! lifecycle lock taken by a thread it does not have.
+//! run under the sources' lock (`crate::sources::lock`), like every other start and stop of
+//! the CPU source: that lock is held across `fork()`, so a child never inherits the source's
+//! own lifecycle lock taken by a thread it does not have.
 //!
 //! Frames are symbolised at the stop, once per interned (code object, line): each is one
 //! dict shared by every entry and block that has it (`is`), as in torch's snapshots, and
@@ -22,7 +22,13 @@ use std::collections::HashMap;
 use super::pystack;
 use super::record::{self, Action, Recorder};
 use super::Mode;
-use crate::line_profiler::engine::{held_here, with_engine};
+use crate::sources::lock::{self, held_here};
+
+/// Run `f` under the sources' lock, waiting for another holder with the GIL released.
+fn under_lock<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    let _held = lock::take(|| py.detach(lock::wait_free)).map_err(|_| busy())?;
+    f()
+}
 
 fn busy() -> PyErr {
     PyRuntimeError::new_err(
@@ -55,7 +61,7 @@ pub fn _cpu_trace_start(py: Python<'_>, max_entries: i64) -> PyResult<()> {
         return Err(busy());
     }
     pystack::prepare();
-    with_engine(py, |_| {
+    under_lock(py, || {
         if record::active() {
             return Err(PyRuntimeError::new_err(
                 "a CPU trace is already running: stop it with _cpu_trace_stop() before \
@@ -98,7 +104,7 @@ pub fn _cpu_trace_stop(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     if held_here() {
         return Err(busy());
     }
-    let stopped = with_engine(py, |_| {
+    let stopped = under_lock(py, || {
         let stopped = record::stop();
         if stopped.is_some() {
             super::stop(py);

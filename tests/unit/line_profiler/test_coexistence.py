@@ -1,6 +1,7 @@
 """The line profiler as a good neighbour: other tracers, profilers and coverage keep
-working, a fork starts clean, a replaced tracer is said so, and a dropped profiler leaves
-nothing installed.
+working, a replaced tracer is said so, and a dropped profiler leaves nothing installed.
+(What needs a process of its own, a fork among them, is in
+tests/integration/test_line_profiler_processes.py.)
 
 On Python 3.12+ the profiler uses its own ``sys.monitoring`` tool id (3 or 4); on 3.9-3.11
 a C trace function chained in front of each thread's own tracer.
@@ -12,7 +13,6 @@ import gc
 import os
 import re
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -157,53 +157,6 @@ def test_all_tool_ids_taken_is_a_clear_error():
     assert_work_profiled(lp)
 
 
-def test_an_enable_that_fails_leaves_no_recording_behind(script):
-    # The hooks cannot be installed: on 3.12+ both tool ids are taken, below an audit hook
-    # refuses sys.settrace (audit hooks stay for good: a process of its own).
-    out = script(
-        """
-        import sys, torch
-        from memlab_rs import LineProfiler, _core, trace
-
-        def work():
-            a = torch.empty(256, 1024)
-            b = torch.empty(512, 1024)
-            return a, b
-
-        refuse = True
-        if sys.version_info >= (3, 12):
-            sys.monitoring.use_tool_id(3, "tool three")
-            sys.monitoring.use_tool_id(4, "tool four")
-        else:
-            def audit(event, args):
-                if event == "sys.settrace" and refuse:
-                    raise RuntimeError("sys.settrace refused by an audit hook")
-            sys.addaudithook(audit)
-        lp = LineProfiler(work, device="cpu", peak_live=True)
-        try:
-            lp.enable()
-        except RuntimeError as error:
-            print("enable failed:", error)
-        print("enabled", lp.enabled, "recording", _core._cpu_trace_active())
-        refuse = False
-        if sys.version_info >= (3, 12):
-            sys.monitoring.free_tool_id(3)
-            sys.monitoring.free_tool_id(4)
-        with trace.Tracer(device="cpu") as tr:  # the next recording starts
-            x = torch.empty(256, 1024)
-        print("traced", tr.result.max_mem("cpu") >= 1 << 20)
-        with lp:
-            kept = work()
-        rows = {r["code"].strip(): r for r in lp.display(work, ["peak_live"]).records()}
-        print("peak_live", rows["b = torch.empty(512, 1024)"]["peak_live"])
-        """
-    )
-    assert "enable failed:" in out, out
-    assert "enabled False recording False" in out, out
-    assert "traced True" in out, out
-    assert f"peak_live {2 * MiB}" in out, out
-
-
 # --- 3.9-3.11: each thread keeps its own tracer --------------------------------------
 
 
@@ -311,49 +264,6 @@ def test_threads_started_while_enabled_keep_a_threading_settrace_hook():
         threading.settrace(None)
     assert "work" in recorder.calls
     assert_work_profiled(lp)
-
-
-@needs_settrace
-def test_without_a_readable_thread_state_only_tracer_free_threads_are_profiled(script):
-    out = script(
-        """
-        import os, sys, threading, torch
-        from memlab_rs import LineProfiler
-
-        def work():
-            a = torch.empty(256, 1024)
-            return a
-
-        def tracer(frame, event, arg):
-            return None
-
-        ready, go, done = threading.Event(), threading.Event(), threading.Event()
-        seen = {}
-
-        def worker():
-            sys.settrace(tracer)
-            ready.set()
-            go.wait(30)
-            work()
-            seen["during"] = sys.gettrace() is tracer
-            done.set()
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        ready.wait(30)
-        with LineProfiler(work, device="cpu") as lp:
-            work()
-            go.set()
-            done.wait(30)
-        thread.join()
-        line = {r["code"].strip(): r for r in lp.display().records()}["a = torch.empty(256, 1024)"]
-        print("hits", line["hits"], "worker kept", seen["during"], "gettrace", sys.gettrace())
-        print("notes", lp.display().notices)
-        """,
-        env={"MEMLAB_RS_THREAD_STATE": "official"},
-    )
-    assert "hits 1 worker kept True gettrace None" in out, out
-    assert "other threads' tracers cannot be read here" in out, out
 
 
 @needs_settrace
@@ -504,13 +414,13 @@ def hits_of(lp, func):
 
 def test_a_profiler_made_per_step_reuses_one_slot():
     gc.collect()
-    slots_before, alive_before = _core._line_engine_table()
+    slots_before, alive_before = _core.line_profiler._line_engine_table()
     for _ in range(300):
         with LineProfiler(work, device="cpu") as lp:
             work()
     assert_work_profiled(lp)
     del lp
-    slots, alive = _core._line_engine_table()
+    slots, alive = _core.line_profiler._line_engine_table()
     assert alive == alive_before
     # Two alive at once at most: a step's profiler is made before the last one is dropped.
     assert slots <= max(slots_before, alive_before + 2), (slots_before, slots)
@@ -536,7 +446,7 @@ STEPS = st.lists(
 @given(STEPS)
 def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(steps):
     gc.collect()
-    slots_before, alive_before = _core._line_engine_table()
+    slots_before, alive_before = _core.line_profiler._line_engine_table()
     alive: list[list] = []  # [profiler, function index, calls it saw while enabled]
     most = 0
     lp = None
@@ -557,7 +467,8 @@ def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(s
                 del alive[at]
             else:
                 held = [alive.pop(at)]
-                _core._run_inside_engine(held.clear)  # its collector's drop is queued
+                # its collector's drop is queued
+                _core.line_profiler._run_inside_engine(held.clear)
         most = max(most, len(alive))
     for lp, k, calls in alive:
         lp.disable()
@@ -567,116 +478,9 @@ def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(s
         assert hits_of(lp, func).get(body, 0) == calls
         assert [c.co_name for c in lp._collector.codes()] == [func.__name__]
     del alive, lp
-    slots, alive_after = _core._line_engine_table()
+    slots, alive_after = _core.line_profiler._line_engine_table()
     assert alive_after == alive_before
     assert slots <= max(slots_before, alive_before + most), (slots_before, slots, most)
-
-
-# --- fork ---------------------------------------------------------------------------
-
-
-def joined(*parts: str) -> str:
-    """One script from parts indented differently."""
-    return "".join(textwrap.dedent(part) for part in parts)
-
-
-FORK_CHILD_CHECKS = """
-    def hooks_of_ours():
-        if sys.version_info >= (3, 12):
-            return [i for i in range(6) if sys.monitoring.get_tool(i) == "memlab_rs"]
-        return sys.gettrace()
-
-    def child_checks(lp):
-        assert not lp.enabled, "the child inherited an enabled profiler"
-        assert not hooks_of_ours(), hooks_of_ours()
-        assert torch._C._len_torch_dispatch_stack() == 0
-        work()  # runs unprofiled, at full speed
-        before = lp.display(work, COLS).records()
-        assert [r["hits"] for r in before] == [r["hits"] for r in lp.display(work, COLS).records()]
-        with lp:  # the child may ask to be profiled
-            work()
-"""
-
-
-# What both fork tests' scripts start with: the profiled work and the child's checks.
-FORK_PREAMBLE = joined(
-    """
-    import sys, torch
-    from memlab_rs import LineProfiler
-
-    COLS = ("allocated_bytes.all.allocated",)
-
-    def work():
-        a = torch.empty(256, 1024)
-        b = torch.empty(512, 1024)
-        return a, b
-    """,
-    FORK_CHILD_CHECKS,
-)
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="fork")
-def test_a_child_forked_while_profiling_starts_clean(script):
-    out = script(joined(
-        """
-        import os
-        """,
-        FORK_PREAMBLE,
-        """
-        def profiled_fork():
-            x = torch.empty(1024, 1024)
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    child_checks(lp)
-                except BaseException as error:
-                    print("child failed:", repr(error), flush=True)
-                    os._exit(1)
-                os._exit(0)
-            y = torch.empty(256, 1024)
-            return pid, x, y
-
-        lp = LineProfiler(work, profiled_fork, device="cpu")
-        with lp:
-            pid, *_ = profiled_fork()
-            work()
-        _, status = os.waitpid(pid, 0)
-        print("child exit", os.waitstatus_to_exitcode(status))
-        lines = {r["code"].strip(): r for r in lp.display(None, COLS).records()}
-        print("x", lines["x = torch.empty(1024, 1024)"]["allocated_bytes.all.allocated"])
-        print("y", lines["y = torch.empty(256, 1024)"]["allocated_bytes.all.allocated"])
-        print("b", lines["b = torch.empty(512, 1024)"]["allocated_bytes.all.allocated"])
-        """,
-    ))
-    assert "child exit 0" in out, out
-    assert f"x {4 * MiB}" in out and f"y {MiB}" in out and f"b {2 * MiB}" in out
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="fork")
-def test_a_multiprocessing_fork_child_starts_clean(script):
-    out = script(joined(
-        """
-        import multiprocessing
-        """,
-        FORK_PREAMBLE,
-        """
-        def target():
-            child_checks(lp)
-
-        lp = LineProfiler(work, device="cpu")
-        with lp:
-            work()
-            process = multiprocessing.get_context("fork").Process(target=target)
-            process.start()
-            process.join(60)
-            work()
-        print("child exit", process.exitcode)
-        lines = {r["code"].strip(): r for r in lp.display(work, COLS).records()}
-        print("hits", lines["b = torch.empty(512, 1024)"]["hits"])
-        """,
-    ))
-    assert "child exit 0" in out, out
-    assert "hits 2" in out
 
 
 # --- the engine: re-entry and other threads -----------------------------------------
@@ -694,40 +498,9 @@ def test_reentering_the_profiler_from_inside_it_is_a_clear_error():
         except RuntimeError as error:
             seen.append(str(error))
 
-    _core._run_inside_engine(inside)
+    _core.line_profiler._run_inside_engine(inside)
     assert len(seen) == 1 and "busy on this thread" in seen[0]
     assert lp.enabled is False
-
-
-def test_waiting_for_another_threads_engine_releases_the_gil(script):
-    out = script(
-        """
-        import threading, time
-        from memlab_rs import LineProfiler, _core
-
-        lp = LineProfiler(device="cpu")
-        inside = threading.Event()
-
-        def hold():
-            def slow():
-                inside.set()
-                t = time.perf_counter()
-                while time.perf_counter() - t < 0.3:  # Python code: needs the GIL back
-                    pass
-            _core._run_inside_engine(slow)
-            print("held", flush=True)
-
-        thread = threading.Thread(target=hold)
-        thread.start()
-        inside.wait(10)
-        enabled = lp.enabled  # waits for the engine, with the GIL released
-        print(f"enabled {enabled}", flush=True)
-        thread.join()
-        print("done")
-        """,
-        timeout=60,
-    )
-    assert "held" in out and "enabled False" in out and "done" in out
 
 
 def test_events_dropped_while_busy_are_reported():
@@ -735,7 +508,8 @@ def test_events_dropped_while_busy_are_reported():
 
     with LineProfiler(work, device="cpu") as lp:
         work()
-        _core._run_inside_engine(work)  # every event of this call finds the engine busy
+        # every event of this call finds the engine busy
+        _core.line_profiler._run_inside_engine(work)
     shown = lp.display(work, COLUMNS)
     assert any(re.match(r"\d+ interpreter events were dropped", n) for n in shown.notices)
     assert "interpreter events were dropped" in str(shown)

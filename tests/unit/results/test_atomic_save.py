@@ -30,7 +30,7 @@ from result_samples import samples, second_rank
 import memlab_rs
 import memlab_rs.cli
 from memlab_rs import results
-from memlab_rs.line_result import LineProfileResult
+from memlab_rs.line_profiler import LineProfileResult
 
 
 def _writers(folder: Path) -> dict[str, Callable[[Path], Any]]:

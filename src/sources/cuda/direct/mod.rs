@@ -418,6 +418,13 @@ impl DirectStats {
     }
 }
 
+/// Why CUDA statistics of `device` are read through the binding rather than from the
+/// allocator's memory (None when they are not, or nobody looked yet).
+#[pyfunction]
+pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
+    why_not(device)
+}
+
 /// The notice of a fallback for `device`: why the report's numbers for it came through
 /// torch's binding after some sample, when memory once disagreed with torch; None when
 /// it never did. Kept for the rest of the process.

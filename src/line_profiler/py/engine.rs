@@ -5,17 +5,19 @@
 //! user's own). A peak reset by one would hide a peak from another, so every event samples
 //! each source in use once and hands the sample to every collector reading that source.
 //!
+//! The engine holds the profiled code objects and samples sources that read through torch,
+//! so it lives in the binding folder; what it records is plain (`crate::line_profiler::frames`)
+//! and the result is built from it by pure functions (`crate::line_profiler::report`).
+//!
 //! # The engine lock
-//! One lock guards the engine and the hooks' own state (see `hooks::sync`). Its rules:
-//! - It is taken with the GIL held. If another thread holds it, that thread may need the GIL
-//!   to finish (the engine calls into torch, and a garbage collection there can run any
-//!   finaliser), so `with_engine` waits with the GIL released, never holding it.
-//! - It is never taken twice on one thread. Code the engine runs (a finaliser during a
-//!   collection, profiled code called from it) that calls the profiler again gets a clear
-//!   error from `with_engine`; the interpreter hooks drop such events and count them
-//!   (`try_with_engine`), and the report says how many were dropped.
-//! - The at-fork handlers hold it across `fork()`, so a child never inherits it locked by a
-//!   thread the child does not have (see `fork_prepare`).
+//! The engine is taken under the sources' lock (`crate::sources::lock`: taken with the GIL
+//! held and waited for with it released, never twice on one thread, held across `fork()`),
+//! the one every start and stop of a memory source runs under, whoever asks. Code the engine
+//! runs (a finaliser during a collection, profiled code called from it) that calls the
+//! profiler again gets a clear error from `with_engine`; the interpreter hooks drop such
+//! events and count them (`try_with_engine`), and the report says how many were dropped.
+//! The engine itself sits behind a leaf lock taken only while the sources' lock is held, so
+//! it is never waited for and never held at a fork.
 //!
 //! Other locks in the line profiler are leaves: held only with the GIL, never across a call
 //! into Python and never while taking another lock, so no thread can hold one at a fork.
@@ -25,22 +27,27 @@
 //! handling one, a thread whose tracer was replaced) happens where the engine may not be
 //! available, so it is queued here (`report_incident`, `PENDING_DROPS`) and folded into every
 //! enabled collector the next time anyone takes the engine. Reports print them as notices.
+//! Errors are never raised into the profiled program: `remember` keeps them for the report.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::Mutex;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use super::frames::{Frame, Row, ThreadStack};
+use crate::line_profiler::frames::{Frame, Row, ThreadStack};
+use crate::line_profiler::report::Incidents;
+use crate::sources::lock;
 use crate::sources::source::{Device, Source};
 
 /// A code object a collector profiles.
 pub struct Code {
     pub object: Py<PyAny>,
     pub qualname: String,
+    /// Its `co_filename`.
+    pub filename: String,
     pub first_line: u32,
     /// (start offset, end offset, line) from `co_lines()`, for resumed generators.
     pub offsets: Vec<(i64, i64, u32)>,
@@ -79,6 +86,18 @@ pub struct Collector {
     /// The CUDA direct reader's fallback notice for this device when the collector was
     /// enabled: only a newer one happened while it read, and belongs in its report.
     cuda_notice_at_enable: Option<String>,
+}
+
+impl Collector {
+    /// What its report says about it besides its rows.
+    pub fn incidents(&self) -> Incidents<'_> {
+        Incidents {
+            dropped: self.dropped,
+            errors: self.errors,
+            first_error: self.first_error.as_deref(),
+            notices: &self.notices,
+        }
+    }
 }
 
 /// What happened in a profiled code object.
@@ -150,15 +169,8 @@ pub struct Engine {
     cpu_depth: HashMap<u64, u32>,
 }
 
+/// The engine: taken only while the sources' lock is held (a leaf: never contended).
 static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
-
-thread_local! {
-    /// Whether the calling thread holds the engine (it must not take it again).
-    static HELD: Cell<bool> = const { Cell::new(false) };
-    /// The engine, held by this thread across a fork (see `fork_prepare`).
-    static FORK_GUARD: RefCell<Option<MutexGuard<'static, Option<Engine>>>> =
-        const { RefCell::new(None) };
-}
 
 /// Events dropped because the engine was busy, not yet folded into the collectors.
 pub static PENDING_DROPS: AtomicU64 = AtomicU64::new(0);
@@ -175,25 +187,30 @@ pub fn report_incident(incident: Incident) {
     PENDING_ANY.store(true, Relaxed);
 }
 
-/// Whether the calling thread holds the engine now.
-pub fn held_here() -> bool {
-    HELD.with(Cell::get)
+/// The first errors met while handling events, for debugging (`_hook_errors()`).
+pub static ERRORS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Keep an error for the reports of the enabled collectors (never raised into user code).
+pub fn remember(error: String) {
+    {
+        let mut errors = ERRORS.lock().unwrap_or_else(|p| p.into_inner());
+        if errors.len() < 8 {
+            errors.push(error.clone());
+        }
+    }
+    report_incident(Incident::Error(error));
 }
 
-/// Marks the calling thread as holding the engine until dropped (also on a panic).
-struct Held;
-
-impl Held {
-    fn mark() -> Self {
-        HELD.with(|held| held.set(true));
-        Held
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        HELD.with(|held| held.set(false));
-    }
+/// The id of the calling thread, as the engine keys its stacks (cheaper than asking Python).
+pub fn thread_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ID: Cell<u64> = const { Cell::new(0) });
+    ID.with(|id| {
+        if id.get() == 0 {
+            id.set(NEXT.fetch_add(1, Relaxed));
+        }
+        id.get()
+    })
 }
 
 fn busy_error() -> PyErr {
@@ -204,28 +221,12 @@ fn busy_error() -> PyErr {
     )
 }
 
-/// Take the engine lock; while another thread holds it, wait with the GIL released.
-fn lock(py: Python<'_>) -> MutexGuard<'static, Option<Engine>> {
-    loop {
-        match ENGINE.try_lock() {
-            Ok(guard) => return guard,
-            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => py.detach(|| {
-                // Wait until it is free; take it for real with the GIL held, above.
-                drop(ENGINE.lock());
-            }),
-        }
-    }
-}
-
-/// Run `f` on the engine (created on first use). A call from code the engine itself runs
+/// Run `f` on the engine (created on first use), under the sources' lock; while another
+/// thread holds it, wait with the GIL released. A call from code the engine itself runs
 /// on this thread gets a clear error instead of a deadlock.
 pub fn with_engine<T>(py: Python<'_>, f: impl FnOnce(&mut Engine) -> PyResult<T>) -> PyResult<T> {
-    if held_here() {
-        return Err(busy_error());
-    }
-    let mut guard = lock(py);
-    let _held = Held::mark();
+    let _held = lock::take(|| py.detach(lock::wait_free)).map_err(|_| busy_error())?;
+    let mut guard = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
     let engine = guard.get_or_insert_with(Engine::default);
     engine.fold_pending();
     f(engine)
@@ -234,15 +235,8 @@ pub fn with_engine<T>(py: Python<'_>, f: impl FnOnce(&mut Engine) -> PyResult<T>
 /// Like `with_engine` for the interpreter hooks: if the engine is busy (held on this thread,
 /// or by another thread that released the GIL) the event is not waited for: None.
 pub fn try_with_engine<T>(f: impl FnOnce(&mut Engine) -> T) -> Option<T> {
-    if held_here() {
-        return None;
-    }
-    let mut guard = match ENGINE.try_lock() {
-        Ok(guard) => guard,
-        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(TryLockError::WouldBlock) => return None,
-    };
-    let _held = Held::mark();
+    let _held = lock::try_take()?;
+    let mut guard = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
     let engine = guard.get_or_insert_with(Engine::default);
     if PENDING_ANY.load(Relaxed) || PENDING_DROPS.load(Relaxed) != 0 {
         engine.fold_pending();
@@ -250,36 +244,27 @@ pub fn try_with_engine<T>(f: impl FnOnce(&mut Engine) -> T) -> Option<T> {
     Some(f(engine))
 }
 
-/// Before `fork()`: take the engine and keep it across the fork, so that no other thread
-/// holds it at that moment (a child would inherit it locked forever). Runs with the GIL;
-/// waits for a holder with the GIL released.
+/// Before `fork()`: take the sources' lock and keep it across the fork, so that no other
+/// thread holds it (or the engine) at that moment. Runs with the GIL; waits for a holder
+/// with the GIL released. Nothing when forked from code the engine runs.
 pub fn fork_prepare(py: Python<'_>) {
-    if held_here() {
-        return; // forked from code the engine runs: the engine stays as it is
-    }
-    let guard = lock(py);
-    HELD.with(|held| held.set(true));
-    FORK_GUARD.with(|slot| *slot.borrow_mut() = Some(guard));
+    lock::hold_across_fork(|| py.detach(lock::wait_free));
 }
 
-/// After `fork()` in the parent: let the engine go; profiling goes on as before.
+/// After `fork()` in the parent: let the lock go; profiling goes on as before.
 pub fn fork_parent() {
-    if let Some(guard) = FORK_GUARD.with(|slot| slot.borrow_mut().take()) {
-        drop(guard);
-        HELD.with(|held| held.set(false));
-    }
+    lock::release_after_fork();
 }
 
 /// After `fork()` in the child: nothing is enabled, no frame is open, no source is read (the
 /// child has only the forking thread and a copy of the allocator it must not trust). Rows
 /// recorded before the fork stay; the child is profiled again only if it asks.
 pub fn fork_child() {
-    if let Some(mut guard) = FORK_GUARD.with(|slot| slot.borrow_mut().take()) {
-        if let Some(engine) = guard.as_mut() {
+    if lock::held_across_fork() {
+        if let Some(engine) = ENGINE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             engine.reset_after_fork();
         }
-        drop(guard);
-        HELD.with(|held| held.set(false));
+        lock::release_after_fork();
     }
     PENDING_DROPS.store(0, Relaxed);
 }

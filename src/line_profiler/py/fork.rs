@@ -2,9 +2,10 @@
 //! starts clean and is profiled only if it asks.
 //!
 //! `os.register_at_fork` handlers, registered once when `memlab_rs._core` is imported:
-//! - before: the forking thread takes the engine and holds it across the fork, so no other
-//!   thread holds it at that moment (the child would inherit it locked forever);
-//! - in the parent: the engine is let go, and profiling goes on as before;
+//! - before: the forking thread takes the sources' lock (under which the engine is taken)
+//!   and holds it across the fork, so no other thread holds it at that moment (the child
+//!   would inherit it locked forever);
+//! - in the parent: the lock is let go, and profiling goes on as before;
 //! - in the child: no collector is enabled, no frame is open, no source is read (the child
 //!   must not trust its copy of the allocator), and no hook of ours is left: our
 //!   `sys.monitoring` tool id and its events are freed (3.12+), our trace function is taken
@@ -15,10 +16,10 @@
 use std::sync::Once;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::IntoPyDict;
 
-use super::engine;
-use super::hooks::{remember, sync};
+use super::engine::{self, remember};
+use super::sync::sync;
 
 /// Register the handlers (once per process).
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -31,17 +32,19 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
             let Ok(register) = os.getattr("register_at_fork") else {
                 return Ok(()); // no fork on this platform
             };
-            let handlers = PyDict::new(py);
-            handlers.set_item("before", module.getattr("_fork_prepare")?)?;
-            handlers.set_item("after_in_parent", module.getattr("_fork_parent")?)?;
-            handlers.set_item("after_in_child", module.getattr("_fork_child")?)?;
+            let handlers = [
+                ("before", module.getattr("_fork_prepare")?),
+                ("after_in_parent", module.getattr("_fork_parent")?),
+                ("after_in_child", module.getattr("_fork_child")?),
+            ]
+            .into_py_dict(py)?;
             register.call((), Some(&handlers)).map(drop)
         })();
     });
     result
 }
 
-/// Before `fork()`: hold the engine across it.
+/// Before `fork()`: hold the sources' lock (and so the engine) across it.
 #[pyfunction]
 pub fn _fork_prepare(py: Python<'_>) {
     engine::fork_prepare(py);

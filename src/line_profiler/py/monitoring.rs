@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
+use super::dispatch::dispatch;
 use super::engine::Event;
-use super::hooks::dispatch;
 
 /// The tool ids we may take, in order of preference.
 const TOOL_IDS: [i64; 2] = [3, 4];
@@ -37,7 +37,7 @@ struct State {
     armed: Vec<Py<PyAny>>,
 }
 
-/// Touched only with the engine held (see `hooks::sync`).
+/// Touched only with the engine held (see `sync`).
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 fn event_set(events: &Bound<'_, PyAny>, names: &[&str]) -> PyResult<i64> {
@@ -108,7 +108,7 @@ fn claim_tool(
             holders.join(", ")
         ))
     })?;
-    let callbacks = py.import("memlab_rs._core")?;
+    let callbacks = py.import("memlab_rs._core.line_profiler")?;
     for (event, callback) in EVENTS {
         let event = events.getattr(event)?;
         let callback = callbacks.getattr(format!("_monitoring_{callback}"))?;

@@ -1,4 +1,6 @@
-"""Line-by-line memory profiling: pytorch_memlab's ``LineProfiler``, exact and cheap.
+"""``LineProfiler``: pytorch_memlab's line profiler, exact and cheap. A thin object that
+wires one collector (``_core.line_profiler.LineCollector``: the interpreter hooks and the
+engine, in Rust) to its result (``LineProfileResult``).
 
 Only the functions you register are watched (``sys.monitoring`` local events on Python
 3.12+, a C trace function below), state is kept per frame (recursion, generators,
@@ -8,7 +10,6 @@ the allocator's statistics.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import operator
 import sys
@@ -19,11 +20,18 @@ from typing import Any, TextIO
 
 import torch
 
-from . import _args, _core, results
-from ._columns import catalogue, check_columns
-from ._sources import cpu_source  # noqa: F401  (the CPU source's glue)
-from ._torch import check_target_gpu, line_profiler_device, local_cuda_index, parse_device
-from .line_result import DEFAULT_COLUMNS, LineProfileResult
+from memlab_rs import _args, _core, results
+from memlab_rs._sources import cpu_source  # noqa: F401  (the CPU source's glue)
+from memlab_rs._torch import (
+    check_target_gpu,
+    line_profiler_device,
+    local_cuda_index,
+    parse_device,
+)
+from memlab_rs.line_profiler.code import code_of, no_code_warning
+from memlab_rs.line_profiler.columns import DEFAULT_COLUMNS, catalogue, check_columns
+from memlab_rs.line_profiler.display import LineRecordsDisplay
+from memlab_rs.line_profiler.result import LineProfileResult
 
 # The bytes a line allocated that were still alive at the peak (from the allocation history).
 PEAK_LIVE = "peak_live"
@@ -40,108 +48,6 @@ class _ThisProcessGpu(int):
 
 
 _THIS_PROCESS_GPU = _ThisProcessGpu(0)
-
-
-def _code_of(func: Any) -> tuple[types.CodeType, str] | None:
-    """The code object to watch for ``func`` and its qualname, or None if it has none.
-
-    Only the code object is kept, never the function: a profiled closure's captured
-    values die with the function.
-    """
-    if isinstance(func, types.CodeType):
-        return func, getattr(func, "co_qualname", func.co_name)
-    if isinstance(func, (staticmethod, classmethod)):
-        func = func.__func__
-    if isinstance(func, torch.nn.Module):
-        func = type(func).forward
-    if inspect.ismethod(func):
-        func = func.__func__
-    try:
-        func = inspect.unwrap(func)
-    except ValueError:  # a cycle of __wrapped__
-        return None
-    code = getattr(func, "__code__", None)
-    if not isinstance(code, types.CodeType):
-        return None
-    return code, getattr(func, "__qualname__", code.co_name)
-
-
-def _no_code_warning(func: Any) -> str:
-    """pytorch_memlab's warning for an object without a code object, and what to pass."""
-    hint = "pass a Python function, method or nn.Module"
-    if isinstance(func, property):
-        hint = "pass the property's getter, e.g. Cls.prop.fget"
-    elif isinstance(func, functools.partial):
-        hint = "pass the function it calls, partial.func"
-    return f"Could not extract a code object for the object {func!r}; it is not profiled ({hint})"
-
-
-class LineRecordsDisplay:
-    """A line report: ``str()``/``repr()`` give pytorch_memlab's text, Jupyter shows HTML.
-
-    >>> shown = LineProfiler().display()
-    >>> str(shown)
-    'No data collected\\n'
-    """
-
-    def __init__(self, view: _core.LineReportView, heading: str | None = None):
-        self._view = view
-        #: Which rank the report comes from, in a job of several processes (else None).
-        self.heading = heading
-
-    def __repr__(self) -> str:
-        text = self._view.text()
-        return text if self.heading is None else f"# {self.heading}\n\n{text}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        html = self._view.html()
-        if self.heading is None:
-            return html
-        from html import escape
-
-        return f"<p><b>{escape(self.heading)}</b></p>\n{html}"
-
-    @property
-    def columns(self) -> list[str]:
-        """The columns shown."""
-        return self._view.columns
-
-    @property
-    def notices(self) -> list[str]:
-        """Why the numbers may be incomplete, one line each (events dropped, errors met,
-        threads whose tracer was replaced); empty when there is nothing to say. The text and
-        HTML print them under the tables.
-
-        >>> LineProfiler().display().notices
-        []
-        """
-        return self._view.notices
-
-    def records(self) -> list[dict[str, Any]]:
-        """One dict per source line: function, line, hits, code and each column's value.
-
-        Values are None for lines that never ran.
-        """
-        out = []
-        for qualname, line, hits, code, values in self._view.records():
-            record: dict[str, Any] = {"function": qualname, "line": line, "hits": hits}
-            record["code"] = code
-            row: Sequence[int | None] = values if values is not None else [None] * len(self.columns)
-            for column, value in zip(self.columns, row):
-                record[column] = value
-            out.append(record)
-        return out
-
-    def to_dataframe(self):
-        """The records as a pandas DataFrame (needs the ``pandas`` extra); the notices are in
-        its ``attrs["notices"]``."""
-        import pandas as pd
-
-        frame = pd.DataFrame(self.records())
-        frame.attrs["notices"] = self.notices
-        return frame
 
 
 class LineProfiler:
@@ -174,7 +80,9 @@ class LineProfiler:
             target_gpu = local_cuda_index()
         self._target_gpu = _gpu_index(target_gpu)
         check_target_gpu(self._target_gpu, target_gpu)
-        self._collector = _core.LineCollector(line_profiler_device(device, self._target_gpu))
+        self._collector = _core.line_profiler.LineCollector(
+            line_profiler_device(device, self._target_gpu)
+        )
         # Code objects only (never functions): what is profiled does not stay alive.
         self._names: dict[types.CodeType, str] = {}
         for func in functions:
@@ -242,9 +150,9 @@ class LineProfiler:
         self._add_function(func)
 
     def _add_function(self, func: Callable[..., Any]) -> None:
-        found = _code_of(func)
+        found = code_of(func)
         if found is None:  # stacklevel: the caller of add_function() or LineProfiler()
-            warnings.warn(_no_code_warning(func), stacklevel=3)
+            warnings.warn(no_code_warning(func), stacklevel=3)
             return
         self._add_code(*found)
 
@@ -257,7 +165,7 @@ class LineProfiler:
         """Start profiling (does not reset or empty the CUDA allocator)."""
         started = None
         if self._peak_live and self._tracer is None:
-            from .trace import Tracer
+            from memlab_rs.trace import Tracer  # the trace room's public front
 
             started = self._tracer = Tracer(device=self.device, tag_modules=False).start()
         try:
@@ -326,19 +234,15 @@ class LineProfiler:
         codes = self._collector.codes()
         selected = self._select(func, codes)
         sources = [_source_of(codes[i]) for i in selected]
-        columns = list(self._collector.column_names()) or list(catalogue(self.device))
-        columns += [c for c in wanted if c not in columns and c != PEAK_LIVE]
         extra = None
         if self._peak_live:
             per_line = self._peak_live_by_line()
             files = [codes[i].co_filename for i in selected]
             maps = [{ln: n for (f, ln), n in per_line.items() if f == file} for file in files]
             extra = {PEAK_LIVE: maps}
-            columns.append(PEAK_LIVE)
-        view = self._collector.report(columns, selected, sources, extra)
-        filenames = {self._qualname(codes[i]): codes[i].co_filename for i in selected}
-        meta = results.run_meta(self.device)
-        return LineProfileResult._from_view(view, filenames, meta)
+        asked = [c for c in wanted if c != PEAK_LIVE]
+        data = self._collector.result(selected, sources, asked, extra)
+        return LineProfileResult._from_json(data, results.run_meta(self.device))
 
     def _peak_live_by_line(self) -> dict[tuple[str, int], int]:
         """{(file, line): bytes} alive at the peak of the traced region (one analysis)."""
@@ -390,7 +294,7 @@ class LineProfiler:
             if isinstance(item, str):
                 found = [i for i, c in enumerate(codes) if self._qualname(c) == item]
             else:
-                code = (_code_of(item) or (None,))[0]
+                code = (code_of(item) or (None,))[0]
                 found = [i for i, c in enumerate(codes) if c is code]
             if not found:
                 names = ", ".join(self._qualname(c) for c in codes) or "none"

@@ -1,7 +1,9 @@
-"""pytorch_memlab's module-level helpers around one global ``LineProfiler``.
+"""pytorch_memlab's module-level helpers around one global ``LineProfiler``: ``profile``,
+``profile_every``, ``set_target_gpu``, ``clear_global_line_profiler``.
 
 The global profiler is created (and enabled) when the first function is decorated, not
-at import, so importing memlab_rs never touches CUDA.
+at import, so importing memlab_rs never touches CUDA. (No module of the room is named
+``profile``: ``memlab_rs.line_profiler.profile`` is the decorator, as in pytorch_memlab.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .line_profiler import DEFAULT_COLUMNS, LineProfiler, _code_of, _no_code_warning
+from memlab_rs.line_profiler.code import code_of, no_code_warning
+from memlab_rs.line_profiler.columns import DEFAULT_COLUMNS
+from memlab_rs.line_profiler.profiler import LineProfiler
 
 _global: LineProfiler | None = None
 # The device the global profiler reads when it is created (None: LineProfiler's default,
@@ -107,9 +111,9 @@ def profile(func: Any = None, columns: Sequence[str] = DEFAULT_COLUMNS) -> Any:
         return lambda f: profile(f, chosen)
     profiler = global_line_profiler()
     checked = profiler._checked_columns(columns)
-    found = _code_of(func)
+    found = code_of(func)
     if found is None:  # pytorch_memlab's warning; the object is left as it is
-        warnings.warn(_no_code_warning(func), stacklevel=2)
+        warnings.warn(no_code_warning(func), stacklevel=2)
         return func
     profiler.add_function(func)
     if not _print_at_exit:
@@ -143,8 +147,8 @@ def profile_every(
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         if not enable:
             return func
-        if _code_of(func) is None:  # pytorch_memlab's warning; the object is left as it is
-            warnings.warn(_no_code_warning(func), stacklevel=2)
+        if code_of(func) is None:  # pytorch_memlab's warning; the object is left as it is
+            warnings.warn(no_code_warning(func), stacklevel=2)
             return func
         global_line_profiler().add_function(func)
         calls = 0

@@ -151,7 +151,7 @@ class LineTargets:
 def _code_in_module(module: types.ModuleType, qualname: str) -> types.CodeType | None:
     """The code object of ``qualname`` in an imported module: attributes up to the first
     ``<locals>``, then the nested code of that function."""
-    from .line_profiler import _code_of
+    from memlab_rs.line_profiler.code import code_of
 
     outer, _, _ = qualname.partition(".<locals>.")
     obj: Any = module
@@ -159,7 +159,7 @@ def _code_in_module(module: types.ModuleType, qualname: str) -> types.CodeType |
         obj = inspect.getattr_static(obj, part, None)
         if obj is None:
             return None
-    found = _code_of(obj)
+    found = code_of(obj)
     if found is None:
         return None
     if outer == qualname:

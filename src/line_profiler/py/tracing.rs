@@ -37,8 +37,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::Borrowed;
 
-use super::engine::{report_incident, with_engine, Engine, Event, Incident};
-use super::hooks::{dispatch, remember, run_actions, thread_id};
+use super::actions::run_actions;
+use super::dispatch::dispatch;
+use super::engine::{remember, report_incident, thread_id, with_engine, Engine, Event, Incident};
 use super::thread_state::{self, api, Api, Layout, TraceFn};
 
 const CALL: c_int = 0;
@@ -68,7 +69,7 @@ thread_local! {
 /// function and its object), called after us for every event and given back at
 /// `disable()`. It is what `sys.gettrace()` returns on a profiled thread; called as a
 /// Python tracer (the program put it back with `sys.settrace`), it puts back the C tracer.
-#[pyclass(module = "memlab_rs._core", frozen)]
+#[pyclass(module = "memlab_rs._core.line_profiler", frozen)]
 pub struct ThreadTracer {
     prev_func: Option<TraceFn>,
     prev_obj: Option<Py<PyAny>>,
@@ -435,7 +436,9 @@ fn bootstrapping_with_our_hook(py: Python<'_>, api: &Api) -> bool {
             return Ok(false);
         }
         let hook = threading.getattr("_trace_hook")?;
-        Ok(hook.is(&py.import("memlab_rs._core")?.getattr("_trace_new_thread")?))
+        Ok(hook.is(&py
+            .import("memlab_rs._core.line_profiler")?
+            .getattr("_trace_new_thread")?))
     };
     check().unwrap_or(false)
 }
@@ -545,7 +548,9 @@ pub fn install(py: Python<'_>, engine: &mut Engine) -> PyResult<()> {
         Ok(get) => get.call0()?,
         Err(_) => threading.getattr("_trace_hook")?,
     };
-    let hook = py.import("memlab_rs._core")?.getattr("_trace_new_thread")?;
+    let hook = py
+        .import("memlab_rs._core.line_profiler")?
+        .getattr("_trace_new_thread")?;
     let old = std::mem::replace(
         &mut *THREADING_HOOK.lock().unwrap_or_else(|p| p.into_inner()),
         (!previous.is_none()).then(|| previous.unbind()),
@@ -625,7 +630,9 @@ pub fn uninstall(py: Python<'_>) -> PyResult<()> {
         Ok(get) => get.call0()?,
         Err(_) => threading.getattr("_trace_hook")?,
     };
-    let hook = py.import("memlab_rs._core")?.getattr("_trace_new_thread")?;
+    let hook = py
+        .import("memlab_rs._core.line_profiler")?
+        .getattr("_trace_new_thread")?;
     if current.is(&hook) {
         // Only ours is taken back: a hook set by someone else since stays.
         threading.call_method1("settrace", (previous.as_ref().map(|h| h.bind(py)),))?;
