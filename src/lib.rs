@@ -83,24 +83,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
-    m.add_class::<monitor::source::MonitorSource>()?;
-    m.add_class::<monitor::saved::SavedTensorHooks>()?;
-    m.add_class::<monitor::saved::SavedHeld>()?;
-    m.add_class::<monitor::live::MonitorTensors>()?;
-    m.add_class::<monitor::gradients::GradientLog>()?;
-    m.add_class::<monitor::gradients::GradientNodeHook>()?;
-    m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
-    m.add_class::<monitor::py::MonitorRowNames>()?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_text, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_header, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_row, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_html, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::register(m)?;
+    monitor::py::register(m)?;
     test_memory::py::register(m)?;
     Ok(())
 }

@@ -26,8 +26,7 @@ if _typing.TYPE_CHECKING:
     from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
     from .line_result import LineProfileResult
     from .merge import MergedLineProfile, MergedTensorReport
-    from .monitor import MemoryMonitor, memory_profiler
-    from .monitor_result import MonitorResult
+    from .monitor import MemoryMonitor, MonitorResult, memory_profiler
     from .profile import (
         clear_global_line_profiler,
         global_line_profiler,
@@ -91,8 +90,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineRecordsDisplay"], ".line_profiler"),
     "LineProfileResult": ".line_result",
     **dict.fromkeys(["MergedLineProfile", "MergedTensorReport"], ".merge"),
-    **dict.fromkeys(["MemoryMonitor", "memory_profiler"], ".monitor"),
-    "MonitorResult": ".monitor_result",
+    **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(["clear_global_line_profiler", "global_line_profiler", "profile",
                      "profile_every", "set_target_gpu"], ".profile"),  # fmt: skip
     **dict.fromkeys(["MemoryReport", "MemReporter", "TensorRow"], ".reporter"),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._categories import CATEGORIES
 from ._json_schema import (
     I64_MIN,
     RANK_MAX,
@@ -41,7 +40,6 @@ from ._json_schema import (
     Obj,
     OneOf,
     Opt,
-    Spec,
     Str,
     Tuple,
     shown,
@@ -50,7 +48,7 @@ from ._json_schema import (
 # -- the types fields share ---------------------------------------------------------------------
 
 BYTES = Int(0)  # byte counts and counts: the renderers take u64 or i64
-SIGNED = Int(I64_MIN)  # a line's change, a monitor's figure: i64
+SIGNED = Int(I64_MIN)  # a line's change: i64
 LINE = Int(0, U32_MAX)
 RANK = Int(0, RANK_MAX)
 WORLD = Int(1, RANK_MAX + 1)
@@ -373,78 +371,6 @@ TEST_MEMORY = Obj(
     },
 )
 
-# -- the training monitor ------------------------------------------------------------------------
-
-
-def _monitor_row() -> dict[str, Spec]:
-    return {
-        "step": SIGNED,
-        "epoch": SIGNED,
-        "iteration": SIGNED,
-        "peak_cached": SIGNED,
-        "current_cached": SIGNED,
-        "feature_maps": Opt(SIGNED),
-        "feature_maps_from": Opt(SIGNED),
-        "weight_usage": SIGNED,
-        "weight_gradient_usage": SIGNED,
-        "intermediate_gradients": Opt(SIGNED),  # None where not measured
-        "optimizer_state_usage": Opt(SIGNED),
-        "peak_allocated": SIGNED,
-        "peak_window": TEXT,
-        "backward_passes": SIGNED,
-        **{name: SIGNED for name in CATEGORIES},
-        "notice": Opt(TEXT),
-    }
-
-
-def _monitor_details(data: dict[str, Any], where: str) -> None:
-    layouts, details, rows = data["layouts"], data["details"], data["rows"]
-    for i, layout in enumerate(layouts):
-        if len(layout["names"]) != len(layout["bytes"]):
-            raise ValueError(
-                f"{where} layout {i}: {len(layout['names'])} names for "
-                f"{len(layout['bytes'])} byte counts"
-            )
-    if len(details) != len(rows):
-        raise ValueError(f"{where}: {len(details)} details for {len(rows)} rows")
-    for i, d in enumerate(details):
-        index = d["layout"]
-        if not index < len(layouts):
-            raise ValueError(
-                f'{where} details {i}: "layout" {index} is not one of {len(layouts)} layouts'
-            )
-        if len(d["grads"]) != len(layouts[index]["bytes"]):
-            raise ValueError(
-                f"{where} details {i}: {len(d['grads'])} gradient counts for "
-                f"{len(layouts[index]['bytes'])} rows"
-            )
-
-
-MONITOR = Obj(
-    "monitor",
-    {
-        "device": TEXT,
-        "verbose": Bool(),
-        "print_period": Int(1),
-        "csv_names": TEXTS,
-        "rows": List(Obj("monitor row {i}", _monitor_row())),
-        "layouts": List(Obj("monitor layout {i}", {"names": TEXTS, "bytes": List(SIGNED)})),
-        "details": List(
-            Obj(
-                "monitor details {i}",
-                {
-                    "modules": List(
-                        Tuple("[name, bytes]", TEXT, SIGNED), what="a list of [name, bytes] pairs"
-                    ),
-                    "layout": Int(0, RANK_MAX),
-                    "grads": List(SIGNED),
-                },
-            )
-        ),
-    },
-    rules=(_monitor_details,),
-)
-
 # -- the trace -----------------------------------------------------------------------------------
 
 
@@ -477,7 +403,6 @@ SCHEMAS: dict[str, Obj] = {
     "tracker": TRACKER,
     "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
-    "monitor": MONITOR,
     "trace": TRACE,
 }
 

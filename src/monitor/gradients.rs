@@ -3,13 +3,14 @@
 //! of the loss), what the original per-iteration profiler meant by the line. The figure is
 //! the most bytes of them alive at once, each storage once, on the monitored device.
 //!
-//! How: at the start of a backward the monitor measures, `GradientLog::watch` walks the
-//! graph from the backward's roots and puts a post-hook (`GradientNodeHook`) on every node
-//! but `AccumulateGrad` (a leaf's); the monitor removes the hooks when the backward
-//! returns. torch runs a node's post-hooks when the node has returned, while it still holds
-//! the gradients it received: the hook logs the storages of those and of the gradients it
-//! returned (and which go to an `AccumulateGrad`), then samples which logged storages are
-//! alive: those received and returned here, and every one still waiting for its node. At the end, a storage that went to a leaf is left out of every sample, for its
+//! How: at the start of a backward the monitor measures, `py::gradients::GradientLog::watch`
+//! walks the graph from the backward's roots and puts a post-hook (`GradientNodeHook`) on
+//! every node but `AccumulateGrad` (a leaf's); the monitor removes the hooks when the
+//! backward returns. torch runs a node's post-hooks when the node has returned, while it
+//! still holds the gradients it received: the hook logs the storages of those and of the
+//! gradients it returned (and which go to an `AccumulateGrad`), then samples which logged
+//! storages are alive: those received and returned here, and every one still waiting for
+//! its node. At the end, a storage that went to a leaf is left out of every sample, for its
 //! whole life (Linear's gradient of `weight.t()` is the weight's `.grad` once transposed
 //! back: a weight gradient from the start), and the figure is the largest sample.
 //!
@@ -25,17 +26,12 @@
 //! a view made in a node, the user). A weak reference to a Python tensor would follow that
 //! object, not the memory.
 //!
-//! The hooks never raise into the user's backward: a gradient whose storage cannot be read
-//! (sparse, nested, a wrapper subclass) is skipped and the log says it is incomplete. The
-//! log's lock is held only while no Python runs (a collection may run finalizers at any
-//! call into Python, and a hook may run on autograd's device threads).
+//! This file keeps the log's books, in plain Rust: which storages are watched, what each
+//! node's end saw, the samples and their peak. `py/gradients.rs` asks torch (which weak
+//! references expired, each gradient's storage) and hands the answers here; it holds the
+//! log's lock only while no Python runs.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-
-use pyo3::intern;
-use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 /// One storage's life as a gradient: its bytes, whether a leaf got it, and torch's weak
 /// reference to it while it may be alive (None once it expired).
@@ -45,8 +41,23 @@ struct Slot {
     weak: Option<usize>,
 }
 
+/// A gradient at a node's end: its storage's address and bytes, torch's weak reference to
+/// the storage (None when the log already watches a storage at that address), and whether
+/// it goes to a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub ptr: i64,
+    pub nbytes: i64,
+    pub weak: Option<usize>,
+    pub leaf: bool,
+}
+
+/// A watched storage: its slot, its address, torch's weak reference to it.
+pub type Watched = (usize, i64, usize);
+
+/// The books of one backward's gradients (and of backwards run inside it) on one device.
 #[derive(Default)]
-struct Log {
+pub struct Log {
     slots: Vec<Slot>,
     /// Slots whose storage was alive at the last look, by storage address.
     live: HashMap<i64, usize>,
@@ -56,332 +67,169 @@ struct Log {
     closed: bool,
 }
 
-/// A gradient at a node's end: its storage's address and bytes, torch's weak reference to
-/// the storage (None when the log already watches a storage at that address), and whether
-/// it goes to a leaf.
-struct Seen {
-    ptr: i64,
-    nbytes: i64,
-    weak: Option<usize>,
-    leaf: bool,
-}
-
-/// The gradients of one backward (and of backwards run inside it) on one device.
-#[pyclass(module = "memlab_rs._core", frozen, weakref)]
-pub struct GradientLog {
-    device: i64,
-    /// `torch.UntypedStorage._expired` and `_free_weak_ref`.
-    expired: Py<PyAny>,
-    free: Py<PyAny>,
-    log: Mutex<Log>,
-}
-
-impl GradientLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Give torch's weak references back (outside the lock).
-    fn free_all(&self, py: Python<'_>, weak: Vec<usize>) {
-        let free = self.free.bind(py);
-        for w in weak {
-            let _ = free.call1((w,));
-        }
-    }
-
-    /// A gradient at a node's end, or None (no tensor, another device, no storage; with
-    /// `unreadable` set when it is a tensor whose storage cannot be read).
-    fn seen(
-        &self,
-        py: Python<'_>,
-        t: &Bound<'_, PyAny>,
-        leaf: bool,
-        watched: &HashSet<i64>,
-        unreadable: &mut bool,
-    ) -> Option<Seen> {
-        if t.is_none() {
+impl Log {
+    /// The storages watched now (to ask torch which expired), or None once closed.
+    pub fn watched(&self) -> Option<Vec<Watched>> {
+        if self.closed {
             return None;
         }
-        let device = t
-            .call_method0(intern!(py, "get_device"))
-            .and_then(|d| d.extract::<i64>());
-        let Ok(device) = device else {
-            *unreadable = true; // not a tensor torch can place
-            return None;
-        };
-        let storage = t.call_method0(intern!(py, "untyped_storage"));
-        let read =
-            |s: &Bound<'_, PyAny>, name| s.call_method0(name).and_then(|v| v.extract::<i64>()).ok();
-        let Some((storage, ptr, nbytes)) = storage.ok().and_then(|s| {
-            let ptr = read(&s, intern!(py, "data_ptr"))?;
-            let nbytes = read(&s, intern!(py, "nbytes"))?;
-            Some((s, ptr, nbytes))
-        }) else {
-            *unreadable = true; // sparse, nested, a wrapper subclass: no storage of its own
-            return None;
-        };
-        if device != self.device || ptr == 0 {
-            return None;
-        }
-        let weak = if watched.contains(&ptr) {
-            None
-        } else {
-            match storage
-                .call_method0(intern!(py, "_weak_ref"))
-                .and_then(|w| w.extract::<usize>())
-            {
-                Ok(w) => Some(w),
-                Err(_) => {
-                    *unreadable = true;
-                    return None;
-                }
-            }
-        };
-        Some(Seen {
-            ptr,
-            nbytes,
-            weak,
-            leaf,
-        })
-    }
-
-    /// One node's end: `received` and `returned` (with whether each goes to a leaf) are
-    /// logged, then what is alive is sampled.
-    fn node_end(
-        &self,
-        py: Python<'_>,
-        received: Vec<Bound<'_, PyAny>>,
-        returned: Vec<(Bound<'_, PyAny>, bool)>,
-    ) {
-        // Which watched storages expired (asked outside the lock).
-        let watched: Vec<(usize, i64, usize)> = {
-            let log = self.lock();
-            if log.closed {
-                return;
-            }
-            log.live
+        Some(
+            self.live
                 .iter()
-                .filter_map(|(&ptr, &slot)| log.slots[slot].weak.map(|w| (slot, ptr, w)))
-                .collect()
-        };
-        let expired = self.expired.bind(py);
-        let gone: Vec<bool> = watched
-            .iter()
-            .map(|&(_, _, w)| {
-                expired
-                    .call1((w,))
-                    .and_then(|e| e.is_truthy())
-                    .unwrap_or(true)
-            })
-            .collect();
-        let alive: HashSet<i64> = watched
-            .iter()
-            .zip(&gone)
-            .filter(|(_, gone)| !**gone)
-            .map(|(&(_, ptr, _), _)| ptr)
-            .collect();
-        let mut unreadable = false;
-        let mut seen = Vec::new();
-        for t in &received {
-            seen.extend(self.seen(py, t, false, &alive, &mut unreadable));
-        }
-        for (t, leaf) in &returned {
-            seen.extend(self.seen(py, t, *leaf, &alive, &mut unreadable));
-        }
+                .filter_map(|(&ptr, &slot)| self.slots[slot].weak.map(|w| (slot, ptr, w)))
+                .collect(),
+        )
+    }
+
+    /// One node's end: of `watched` (as `watched()` gave them), those `gone` expired;
+    /// `seen` are the gradients the node received and returned. Logs them, samples what is
+    /// alive, and returns torch's weak references to give back (expired ones, and those
+    /// `seen` brought for a storage already watched).
+    pub fn node_end(
+        &mut self,
+        watched: &[Watched],
+        gone: &[bool],
+        seen: Vec<Seen>,
+        unreadable: bool,
+    ) -> Vec<usize> {
         let mut to_free = Vec::new();
-        {
-            let mut log = self.lock();
-            log.incomplete |= unreadable;
-            for (&(slot, ptr, _), gone) in watched.iter().zip(&gone) {
-                if *gone && log.live.get(&ptr) == Some(&slot) {
-                    log.live.remove(&ptr);
-                    to_free.extend(log.slots[slot].weak.take());
-                }
+        self.incomplete |= unreadable;
+        for (&(slot, ptr, _), gone) in watched.iter().zip(gone) {
+            if *gone && self.live.get(&ptr) == Some(&slot) {
+                self.live.remove(&ptr);
+                to_free.extend(self.slots[slot].weak.take());
             }
-            let mut sample: HashSet<usize> = log.live.values().copied().collect();
-            for s in seen {
-                let slot = match log.live.get(&s.ptr) {
-                    Some(&slot) => {
-                        to_free.extend(s.weak); // watched already
+        }
+        let mut sample: HashSet<usize> = self.live.values().copied().collect();
+        for s in seen {
+            let slot = match self.live.get(&s.ptr) {
+                Some(&slot) => {
+                    to_free.extend(s.weak); // watched already
+                    slot
+                }
+                None => match s.weak {
+                    Some(weak) => {
+                        self.slots.push(Slot {
+                            nbytes: s.nbytes,
+                            leaf: false,
+                            weak: Some(weak),
+                        });
+                        let slot = self.slots.len() - 1;
+                        self.live.insert(s.ptr, slot);
                         slot
                     }
-                    None => match s.weak {
-                        Some(weak) => {
-                            log.slots.push(Slot {
-                                nbytes: s.nbytes,
-                                leaf: false,
-                                weak: Some(weak),
-                            });
-                            let slot = log.slots.len() - 1;
-                            log.live.insert(s.ptr, slot);
-                            slot
-                        }
-                        None => continue, // it expired between the two looks: gone
-                    },
-                };
-                log.slots[slot].leaf |= s.leaf;
-                sample.insert(slot);
-            }
-            log.samples.push(sample.into_iter().collect());
+                    None => continue, // it expired between the two looks: gone
+                },
+            };
+            self.slots[slot].leaf |= s.leaf;
+            sample.insert(slot);
         }
-        self.free_all(py, to_free);
-    }
-}
-
-#[pymethods]
-impl GradientLog {
-    /// A log of the gradients on `device` (-1: the CPU, else the CUDA index).
-    #[new]
-    fn new(py: Python<'_>, device: i64) -> PyResult<Self> {
-        let storage = py.import("torch")?.getattr("UntypedStorage")?;
-        Ok(Self {
-            device,
-            expired: storage.getattr("_expired")?.unbind(),
-            free: storage.getattr("_free_weak_ref")?.unbind(),
-            log: Mutex::new(Log::default()),
-        })
-    }
-
-    /// Put a `GradientNodeHook` on every node reachable from `roots` (autograd nodes, None
-    /// for a root without one), but on `AccumulateGrad`s; returns the hooks' handles (the
-    /// caller removes them when the backward returns).
-    fn watch(slf: &Bound<'_, Self>, roots: Vec<Bound<'_, PyAny>>) -> Vec<Py<PyAny>> {
-        let py = slf.py();
-        let mut handles = Vec::new();
-        // A node's Python object is torch's only while something holds it (torch makes a
-        // new one at the next look once it is gone, maybe at a freed one's address): every
-        // node seen is held until the walk ends, so one address is one node.
-        let mut seen: HashSet<usize> = HashSet::new();
-        let mut held: Vec<Bound<'_, PyAny>> = Vec::new();
-        let mut todo: Vec<Bound<'_, PyAny>> = roots.into_iter().filter(|r| !r.is_none()).collect();
-        while let Some(node) = todo.pop() {
-            if !seen.insert(node.as_ptr() as usize) {
-                continue;
-            }
-            held.push(node.clone());
-            if is_leaf_node(&node) {
-                continue;
-            }
-            let Ok(next) = node.getattr(intern!(py, "next_functions")) else {
-                slf.get().lock().incomplete = true;
-                continue;
-            };
-            let Ok(next) = next.cast_into::<PyTuple>() else {
-                slf.get().lock().incomplete = true;
-                continue;
-            };
-            let mut to_leaf = Vec::with_capacity(next.len());
-            for edge in next.iter() {
-                // (function, input number); the function is None where no gradient flows.
-                let function = edge.get_item(0).ok().filter(|f| !f.is_none());
-                to_leaf.push(function.as_ref().is_some_and(is_leaf_node));
-                if let Some(function) = function {
-                    todo.push(function);
-                }
-            }
-            let hook = GradientNodeHook {
-                log: slf.clone().unbind(),
-                to_leaf,
-            };
-            match node.call_method1(intern!(py, "register_hook"), (hook,)) {
-                Ok(handle) => handles.push(handle.unbind()),
-                Err(_) => slf.get().lock().incomplete = true,
-            }
-        }
-        drop(held);
-        handles
+        self.samples.push(sample.into_iter().collect());
+        to_free
     }
 
     /// The most bytes of intermediate gradients alive at once (0 when no node ran).
-    fn peak(&self) -> i64 {
-        let log = self.lock();
-        log.samples
+    pub fn peak(&self) -> i64 {
+        self.samples
             .iter()
             .map(|sample| {
                 sample
                     .iter()
-                    .map(|&s| &log.slots[s])
+                    .map(|&s| &self.slots[s])
                     .filter(|slot| !slot.leaf)
-                    .map(|slot| slot.nbytes)
-                    .sum::<i64>()
+                    .fold(0i64, |total, slot| total.saturating_add(slot.nbytes))
             })
             .max()
             .unwrap_or(0)
     }
 
-    /// Stop logging and give torch's weak references back (the hooks must be off by now;
-    /// a hook called later logs nothing).
-    fn close(&self, py: Python<'_>) {
-        let weak: Vec<usize> = {
-            let mut log = self.lock();
-            log.closed = true;
-            log.live.clear();
-            log.slots.iter_mut().filter_map(|s| s.weak.take()).collect()
-        };
-        self.free_all(py, weak);
+    /// Log nothing more; the weak references to give back.
+    pub fn close(&mut self) -> Vec<usize> {
+        self.closed = true;
+        self.live.clear();
+        self.take_weak()
     }
 
-    /// Whether a gradient or a node could not be read (the figure may then be low).
-    #[getter]
-    fn incomplete(&self) -> bool {
-        self.lock().incomplete
+    /// Every weak reference still held (to give back), forgotten here.
+    pub fn take_weak(&mut self) -> Vec<usize> {
+        self.slots
+            .iter_mut()
+            .filter_map(|s| s.weak.take())
+            .collect()
+    }
+
+    /// A gradient or a node could not be read: the figure may be low.
+    pub fn set_incomplete(&mut self) {
+        self.incomplete = true;
+    }
+
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
     }
 
     /// How many node ends were sampled.
-    #[getter]
-    fn samples(&self) -> usize {
-        self.lock().samples.len()
+    pub fn samples(&self) -> usize {
+        self.samples.len()
     }
 }
 
-/// Whether `node` is a leaf's gradient accumulator.
-fn is_leaf_node(node: &Bound<'_, PyAny>) -> bool {
-    node.get_type()
-        .name()
-        .is_ok_and(|name| name == "AccumulateGrad")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The post-hook on one node: torch calls it with (the gradients the node returned, the
-/// gradients it received) when the node has returned.
-#[pyclass(module = "memlab_rs._core", frozen)]
-pub struct GradientNodeHook {
-    log: Py<GradientLog>,
-    /// Per gradient returned: whether it goes to a leaf's `AccumulateGrad`.
-    to_leaf: Vec<bool>,
-}
-
-#[pymethods]
-impl GradientNodeHook {
-    fn __call__(
-        &self,
-        py: Python<'_>,
-        grad_inputs: &Bound<'_, PyAny>,
-        grad_outputs: &Bound<'_, PyAny>,
-    ) {
-        let log = self.log.get();
-        let (Ok(returned), Ok(received)) = (
-            grad_inputs.cast::<PyTuple>(),
-            grad_outputs.cast::<PyTuple>(),
-        ) else {
-            log.lock().incomplete = true;
-            return;
-        };
-        let returned = returned
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t, self.to_leaf.get(i).copied().unwrap_or(false)))
-            .collect();
-        log.node_end(py, received.iter().collect(), returned);
-    }
-}
-
-impl Drop for GradientLog {
-    /// Give back what `close` did not (a log dropped without it).
-    fn drop(&mut self) {
-        let log = self.log.get_mut().unwrap_or_else(|e| e.into_inner());
-        let weak: Vec<usize> = log.slots.iter_mut().filter_map(|s| s.weak.take()).collect();
-        if !weak.is_empty() {
-            Python::attach(|py| self.free_all(py, weak));
+    fn seen(ptr: i64, nbytes: i64, weak: usize, leaf: bool) -> Seen {
+        Seen {
+            ptr,
+            nbytes,
+            weak: Some(weak),
+            leaf,
         }
+    }
+
+    #[test]
+    fn the_peak_is_the_largest_sample_without_what_went_to_leaves() {
+        let mut log = Log::default();
+        // Node 1 receives the loss's gradient (4 bytes) and returns 400 to its input and
+        // 1000 to a leaf.
+        let freed = log.node_end(
+            &[],
+            &[],
+            vec![
+                seen(1, 4, 11, false),
+                seen(2, 400, 12, false),
+                seen(3, 1000, 13, true),
+            ],
+            false,
+        );
+        assert!(freed.is_empty());
+        let watched = log.watched().unwrap();
+        assert_eq!(watched.len(), 3);
+        // Node 2: the loss's gradient is gone; it receives 400 and returns 400 more.
+        let gone: Vec<bool> = watched.iter().map(|&(_, ptr, _)| ptr == 1).collect();
+        let freed = log.node_end(
+            &watched,
+            &gone,
+            vec![seen(2, 400, 22, false), seen(4, 400, 14, false)],
+            false,
+        );
+        assert_eq!(freed.len(), 2); // the loss gradient's, and the second look at 2's
+        assert!(freed.contains(&11) && freed.contains(&22));
+        assert_eq!(log.peak(), 800);
+        assert_eq!(log.samples(), 2);
+        let mut rest = log.close();
+        rest.sort_unstable();
+        assert_eq!(rest, vec![12, 13, 14]);
+        assert!(log.watched().is_none() && log.take_weak().is_empty());
+    }
+
+    #[test]
+    fn a_storage_that_went_to_a_leaf_is_left_out_of_every_sample() {
+        let mut log = Log::default();
+        log.node_end(&[], &[], vec![seen(7, 500, 1, false)], false);
+        assert_eq!(log.peak(), 500);
+        let watched = log.watched().unwrap();
+        log.node_end(&watched, &[false], vec![seen(7, 500, 2, true)], true);
+        assert_eq!(log.peak(), 0);
+        assert!(log.incomplete());
     }
 }

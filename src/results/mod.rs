@@ -5,8 +5,11 @@
 //! a loaded file). The derive is the schema: a document that does not fit it is a `DataError`
 //! naming the field that broke it, which is how a damaged or foreign file is refused.
 
+pub mod categories;
 pub mod check;
 pub mod json;
+pub mod nullable;
 pub mod py;
 
 pub use json::{from_json, to_json, DataError};
+pub use nullable::nullable;

@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import importlib
 import io
 import pickle
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +26,8 @@ from torch import nn
 import memlab_rs
 from memlab_rs import _module_hooks, trace
 
-PROFILE_MODULE = sys.modules["memlab_rs.profile"]
+# The module, not the function ``memlab_rs.profile``; the lazy front imports it on first use.
+PROFILE_MODULE = importlib.import_module("memlab_rs.profile")
 
 
 class Net(nn.Module):

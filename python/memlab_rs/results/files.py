@@ -285,7 +285,7 @@ _KIND_MODULES = (
     "reporter",
     "tracker",
     "estimate",
-    "monitor_result",
+    "monitor",
     "trace",
     "test_memory",
     "merge",

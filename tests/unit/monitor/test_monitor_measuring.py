@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import memlab_rs
-from memlab_rs import _backward_calls
 from memlab_rs._categories import CATEGORIES
+from memlab_rs.monitor import _backward_calls
 
 
 class Net(torch.nn.Module):
@@ -121,9 +121,7 @@ def test_new_input_shapes_are_measured_at_once():
     plan = [(8, False, 1)] * 4 + [(16, False, 1)] * 2 + [(8, False, 1)] * 2
     auto, every = run(plan, "auto"), run(plan, "every")
     rows = auto.rows()
-    assert [r["feature_maps"] for r in rows] == [
-        feature_maps(b) for b, _extra, _n in plan
-    ]
+    assert [r["feature_maps"] for r in rows] == [feature_maps(b) for b, _extra, _n in plan]
     # Step 5 is measured from its forward on; 6 agrees with it. Step 7 is measured again
     # (its inputs differ from step 6's), and 8 agrees with 7.
     assert [r["feature_maps_from"] for r in rows] == [1, 2, 3, 3, 5, 6, 7, 8]
@@ -156,7 +154,8 @@ def test_verbose_modules_are_reused():
     mon = run(plan, "auto", verbose=True)
     assert [r["feature_maps_from"] for r in mon.rows()] == [1, 2, 3, 3, 3]
     expected = [("body.0", 8 * 1000 * 4), ("body.1", 8 * 500 * 4)]
-    assert all(details[0] == expected for details in mon._details)
+    details = mon.result().to_data()["details"]
+    assert all([tuple(m) for m in d["modules"]] == expected for d in details)
 
 
 @pytest.mark.parametrize("seed", range(30))

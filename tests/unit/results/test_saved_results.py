@@ -433,15 +433,15 @@ def test_damaged_monitor_result_is_refused(tmp_path):
     def bad_module(data):
         data["details"][0]["modules"][0] = ["blocks.0", "big"]
 
-    refused(tmp_path, result, short_grads, r"monitor details 0: \d+ gradient counts for \d+ rows")
-    refused(tmp_path, result, no_notice, 'monitor row 1: no "notice" field')
-    refused(tmp_path, result, bad_layout, 'monitor details 2: "layout" 7 is not one of 1 layouts')
-    refused(tmp_path, result, lost_details, "monitor: 4 details for 5 rows")
+    refused(tmp_path, result, short_grads, r"details\[0\]\.grads: \d+ gradient counts for \d+ rows")
+    refused(tmp_path, result, no_notice, r"rows\[1\]: missing field `notice`")
+    refused(tmp_path, result, bad_layout, r"details\[2\]\.layout: 7 is not one of 1 layouts")
+    refused(tmp_path, result, lost_details, "details: 4 details for 5 rows")
     refused(
         tmp_path,
         result,
         bad_module,
-        r"monitor details 0: \"modules\"\[0\]\[1\] must be int, got 'big'",
+        r'details\[0\]\.modules\[0\]\[1\]: invalid type: string "big", expected i64',
     )
 
 

@@ -7,17 +7,17 @@ same block line for line and makes every number exact (definitions in docs/guide
 
 How it measures (one iteration = from one ``record_stats()`` to the next):
 
-- The allocator (``_core.MonitorSource``: CUDA's caching allocator, or the CPU source) is
+- The allocator (``_core.monitor.Source``: CUDA's caching allocator, or the CPU source) is
   sampled at each boundary, and its peaks are reset there, so each window between two
   boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start and
-  each backward end (``torch.autograd.backward``/``grad`` wrapped: ``_backward_calls.py``).
-- Saved activations: a ``saved_tensors_hooks`` pair (``_core.SavedTensorHooks``, in Rust:
-  torch calls it for every saved tensor), pushed as the default hooks on the training
+  each backward end (``torch.autograd.backward``/``grad`` wrapped: ``_backward_calls``).
+- Saved activations: a ``saved_tensors_hooks`` pair (``_core.monitor.SavedTensorHooks``, in
+  Rust: torch calls it for every saved tensor), pushed as the default hooks on the training
   thread for the iterations the monitor *measures*. Pack wraps what autograd must hold (a
   leaf as is, anything else as ``t.detach()``: returning ``t`` itself would make a
   reference cycle through ``t.grad_fn``) in an object only autograd holds, and logs it
   weakly, so "saved storages alive" is read exactly at any boundary
-  (``src/monitor/saved.rs``). A pair on top of the stack when ours is pushed
+  (``src/monitor/py/saved.rs``). A pair on top of the stack when ours is pushed
   (``save_on_cpu`` around the whole loop, say) is chained: its pack runs first, and what it
   returns is what autograd holds.
 - Which iterations are measured (``feature_maps="auto"``): torch's hook mechanism costs
@@ -34,19 +34,22 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
   ``feature_maps="every"`` keeps the hooks on throughout.
 - Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
-  on every node of its graph (``_core.GradientLog``, ``src/monitor/gradients.rs``) and its
-  end takes them off: a node's hook logs the gradients it received and returned, weakly,
+  on every node of its graph (``_core.monitor.GradientLog``, ``src/monitor/gradients.rs``) and
+  its end takes them off: a node's hook logs the gradients it received and returned, weakly,
   and samples which are alive; those that go to a leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
-  (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
+  (``_core.monitor.Tensors``, ``src/monitor/py/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
   at each record) and optimizer state (cached while its tensors are the same objects) are
-  handed to it when they change. Each storage once, on the monitored device only. The Rust
-  analysis (``src/monitor/windows.rs``) turns the windows into categories at the peak.
+  handed to it when they change. Each storage once, on the monitored device only.
+- At each record the iteration's figures go to the record (``_core.monitor.Recorder``,
+  ``src/monitor/record.rs``) once, as JSON: the Rust analysis (``src/monitor/analyse.rs``)
+  turns the windows into categories at the peak, and the block is printed from the record.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -55,9 +58,11 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _backward_calls, _core, _module_hooks, _torch, results
-from ._categories import CATEGORIES
-from .monitor_result import MonitorResult
+from .. import _core, _cpu_source, _module_hooks, _torch, results  # noqa: F401  (_cpu_source: the CPU glue)
+from . import _backward_calls
+from .result import MonitorResult, dataframe, rendered
+
+_rust = _core.monitor
 
 _autograd = torch._C._autograd
 
@@ -127,21 +132,17 @@ class MemoryMonitor:
         self._device_type = "cpu" if self._device == "cpu" else "cuda"
         self.iteration = 0
         self.epoch = 1
-        self.records: list[dict[str, Any]] = []
-        # Per record: (feature maps per module, row names, row bytes, row gradient bytes).
-        self._details: list[tuple[list[tuple[str, int]], Any, list[int], list[int]]] = []
+        self._last_unmeasured = False  # the last iteration recorded took no feature maps
         self._stopped = False
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
         self._param_key: list[int] | None = None
         self._rows: list[tuple[str, list[torch.nn.Parameter], int]] = []
-        # The rows as the renderer takes them: replaced (never mutated) when rows change.
-        self._row_names: Any = _core.MonitorRowNames([])
         self._row_bytes: list[int] = []
         self._no_grads: list[int] = []
         self._param_bytes = 0
         self._param_ptrs: set[int] = set()
-        self._tensors: Any = _core.MonitorTensors(self._device_index)
+        self._tensors: Any = _rust.Tensors(self._device_index)
         self._buffer_bytes = 0
         self._buffer_ptrs: set[int] = set()
         self._buffer_key: list[int] | None = None
@@ -181,18 +182,21 @@ class MemoryMonitor:
         self._intermediate = 0
         self._intermediate_incomplete = False
         self._intermediate_figure: int | None = None
-        self._source: Any = _core.MonitorSource(self._device)
-        # The record every rendering reads (text, CSV, plots): it shares ``records`` and
-        # ``_details``, so ``result()`` is a copy of it, and a loaded result renders alike.
-        csv_names = [name for name, _ps, _n in _param_rows(model)]
-        self._result = MonitorResult(
-            self._device, verbose, self._print_period, csv_names, self.records, self._details
-        )
+        self._source: Any = _rust.Source(self._device)
+        # The record every rendering reads (text, CSV, plots), in Rust: ``result()`` is its
+        # data, so a loaded result renders as this monitor printed.
+        head = {
+            "device": self._device,
+            "verbose": verbose,
+            "print_period": self._print_period,
+            "csv_names": [name for name, _ps, _n in _param_rows(model)],
+        }
+        self._recorder: Any = _rust.Recorder(json.dumps(head))
         self._csv_path: str | None = None
         if csv:
             self._csv_path = self._open_csv(os.fspath(csv_dir))
         stack = self._module_stack if self._verbose else None
-        self._hooks = _core.SavedTensorHooks(torch.Tensor, stack)
+        self._hooks = _rust.SavedTensorHooks(torch.Tensor, stack)
         # Bound once: the pair on top of the stack is recognised as ours by identity.
         self._pack, self._unpack = self._hooks.pack, self._hooks.unpack
         if verbose:
@@ -281,24 +285,36 @@ class MemoryMonitor:
         """The record so far as data (later iterations leave it as it is): it renders as
         this monitor does, and saves as a ``monitor`` result file (``save``)."""
         with self._lock:
-            return self._result._snapshot(results.run_meta(self._device))
+            data = self._recorder.data()
+        result: MonitorResult = MonitorResult._from_json(data, results.run_meta(self._device))
+        return result
 
     def rows(self) -> list[dict[str, Any]]:
         """One plain dict per recorded iteration (bytes; keys in docs/guide.md)."""
-        return self._result.rows()
+        with self._lock:
+            data = self._recorder.data()
+        rows: list[dict[str, Any]] = json.loads(data)["rows"]
+        return rows
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The recorded rows, as ``rows()`` gives them."""
+        return self.rows()
 
     def to_dataframe(self) -> Any:
         """The rows as a pandas DataFrame (needs pandas)."""
-        return self._result.to_dataframe()
+        return dataframe(self.rows())
 
     def text(self, iteration: int | None = None) -> str:
         """The original's block for one recorded iteration: ``iteration`` is the ``step``
         of a row (1, 2, ... over the monitor's life); None means the latest."""
-        return self._result.text(iteration)
+        with self._lock:
+            return rendered(self._recorder.render, "text", "text", iteration=iteration)
 
     def plot_html(self) -> str:
         """Memory per iteration by category as one self-contained HTML fragment."""
-        return self._result.plot_html()
+        with self._lock:
+            return str(self._recorder.render("html", "{}"))
 
     def _repr_html_(self) -> str:
         return self.plot_html()
@@ -306,7 +322,7 @@ class MemoryMonitor:
     def plot_png(self, path: str | os.PathLike[str]) -> None:
         """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
         matplotlib)."""
-        self._result.plot_png(path)
+        self.result().plot_png(path)
 
     @property
     def csv_path(self) -> str | None:
@@ -409,7 +425,7 @@ class MemoryMonitor:
             self._phase = "backward"
             self._backwards += 1
             if self._pushed_on is not None:  # measured: hooks on the graph's nodes
-                self._grad_log = _core.GradientLog(self._device_index)
+                self._grad_log = _rust.GradientLog(self._device_index)
                 self._grad_handles = self._grad_log.watch(roots)
             return True
 
@@ -455,7 +471,7 @@ class MemoryMonitor:
         gradients) this iteration shows (its own when measured), or None when they are
         unknown; and whether to measure the next."""
         signature = self._signature()
-        step = len(self.records) + 1
+        step = len(self._recorder) + 1
         if self._measured:
             activations = [self._windows[0][1][5]] + [w[2][5] for w in self._windows]
             cal = self._calibration
@@ -502,18 +518,19 @@ class MemoryMonitor:
             self._params = list(self._model.parameters())
             self._buffers = list(self._model.buffers())
         changed = False
-        key = _core._monitor_data_ptrs(self._params)
+        key = _rust.data_ptrs(self._params)
         if key != self._param_key:
             self._param_key = key
             self._rows = _param_rows(self._model)
-            self._row_names = _core.MonitorRowNames([name for name, _ps, _b in self._rows])
             self._row_bytes = [nbytes for _name, _ps, nbytes in self._rows]
+            names = [name for name, _ps, _b in self._rows]
+            self._recorder.set_layout(json.dumps({"names": names, "bytes": self._row_bytes}))
             self._no_grads = [0] * len(self._rows)
             unique = self._storages(self._params, exclude=set())
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
             changed = True
-        bkey = _core._monitor_data_ptrs(self._buffers)
+        bkey = _rust.data_ptrs(self._buffers)
         if bkey != self._buffer_key:
             self._buffer_key = bkey
             unique = self._storages(self._buffers, exclude=self._param_ptrs)
@@ -543,7 +560,7 @@ class MemoryMonitor:
         if not full and quick == self._opt_quick:
             return sum(self._opt_state.values())
         self._opt_quick = quick
-        ids = _core._monitor_state_ids(state_dict)
+        ids = _rust.state_ids(state_dict)
         if ids != self._opt_ids:
             values = [v for st in state_dict.values() for v in st.values()]
             self._tensors.gradients()  # the gradient storages now, to exclude them
@@ -559,7 +576,7 @@ class MemoryMonitor:
 
         ``complete=False`` (a record after the backward ended) reads only the allocator and
         the optimizer state: the window it ends is an optimizer window, categorised at its
-        start, of whose end only the optimizer state is read (``src/monitor/windows.rs``),
+        start, of whose end only the optimizer state is read (``src/monitor/analyse.rs``),
         and the next iteration's first window is a forward one, categorised at its end. The
         gradient and activation slots then repeat the backward end's, unread."""
         if complete:
@@ -597,8 +614,7 @@ class MemoryMonitor:
     def _new_iteration(self, start: list[int]) -> None:
         """Start an iteration at ``start``; measure it when the last one was not measured,
         or was measured but not yet twice alike (``_settle_activations``)."""
-        unmeasured = bool(self.records) and self.records[-1]["feature_maps_from"] is None
-        if self._every or self._calibration is None or unmeasured:
+        if self._every or self._calibration is None or self._last_unmeasured:
             self._start_measuring()
         self._measured = self._pushed_on is not None
         self._chained_now = self._measured and self._chains
@@ -617,52 +633,29 @@ class MemoryMonitor:
         self._intermediate_incomplete = False
 
     def _finish(self, end: list[int], reserved: int, measured_at: int | None) -> None:
-        result = _core._monitor_iteration(self._windows)
-        assert result is not None  # record_stats appended a window
-        best, cats, inexact = result
-        kind, _start, _end, peak = self._windows[best]
-        notice = self._source.notice()
-        if inexact:
-            notice = (notice + " " if notice else "") + (
-                "Known tensors exceeded the allocator's count at a boundary (storages it did "
-                "not allocate): 'other' was clamped to 0."
-            )
-        if self._chained_now:
-            notice = (notice + " " if notice else "") + (
-                "An outer saved-tensor hook pair was chained: feature maps count what it "
-                "returns when that is a tensor on the monitored device."
-            )
-        if measured_at is None:
-            notice = (notice + " " if notice else "") + (
-                "Feature maps were not measured this iteration, nor intermediate gradients: "
-                "its allocations differed from those of the last measured one (activations "
-                "are counted in 'other'). The next iteration is measured."
-            )
-        elif self._intermediate_incomplete:
-            notice = (notice + " " if notice else "") + (
-                "Some gradients had no storage to read (sparse, nested or subclass tensors): "
-                "intermediate gradients leave them out."
-            )
-        record: dict[str, Any] = {
-            "step": len(self.records) + 1,
+        """Hand the iteration to the record, once: the Rust side finds its peak window,
+        categorises it and writes the notice (``src/monitor/record.rs``)."""
+        iteration = {
             "epoch": self.epoch,
             "iteration": self.iteration,
             "peak_cached": self._peak_reserved,
             "current_cached": reserved,
             "feature_maps": (self._feature_maps or 0) if measured_at is not None else None,
             "feature_maps_from": measured_at,
-            "weight_usage": sum(self._row_bytes),
-            "weight_gradient_usage": sum(self._grads),
             "intermediate_gradients": self._intermediate_figure,
             "optimizer_state_usage": end[4] if self._optimizer is not None else None,
-            "peak_allocated": peak,
-            "peak_window": kind,
             "backward_passes": self._backwards,
+            "windows": self._windows,
+            "modules": self._modules,
+            "grads": self._grads,
+            "notices": {
+                "source": self._source.notice(),
+                "chained": self._chained_now,
+                "gradients_incomplete": self._intermediate_incomplete,
+            },
         }
-        record.update(zip(CATEGORIES, cats))
-        record["notice"] = notice
-        self.records.append(record)
-        self._details.append((self._modules, self._row_names, self._row_bytes, self._grads))
+        self._recorder.push(json.dumps(iteration))
+        self._last_unmeasured = measured_at is None
 
     # ----- CSV --------------------------------------------------------------------------
 
@@ -670,14 +663,15 @@ class MemoryMonitor:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, datetime.now().strftime("%Y%m%d%H%M%S") + ".csv")
         with open(path, "w") as f:
-            f.write(self._result.csv_header())
+            f.write(self._recorder.render("csv", '{"header": true}'))
         print(f"Logging data in {path}", file=self._file or sys.stdout)
         return path
 
     def _write_csv_row(self) -> None:
         assert self._csv_path is not None
+        row = self._recorder.render("csv", json.dumps({"iteration": len(self._recorder)}))
         with open(self._csv_path, "a") as f:
-            f.write(self._result.csv_row())
+            f.write(row)
 
     def _check_running(self, what: str) -> None:
         if self._stopped:
