@@ -39,7 +39,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tracker::py::render_tracker_block, m)?)?;
     m.add_function(wrap_pyfunction!(tracker::py::_tracker_html, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
-    m.add_class::<courtesy::HostBook>()?;
     m.add_class::<line_profiler::py::LineReportView>()?;
     m.add_class::<trace::py::TraceAnalysis>()?;
     m.add_function(wrap_pyfunction!(trace::py::check_snapshot_pickle, m)?)?;
@@ -87,6 +86,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
     m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::register(m)?;
+    courtesy::py::register(m)?;
     monitor::py::register(m)?;
     test_memory::py::register(m)?;
     Ok(())

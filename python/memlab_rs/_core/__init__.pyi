@@ -10,12 +10,12 @@ from typing import Any, SupportsIndex, final
 
 import numpy as np
 
+from . import courtesy as courtesy
 from . import monitor as monitor
 from . import test_memory as test_memory
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
-    "HostBook",
     "LineCollector",
     "LineReportView",
     "ReportTable",
@@ -72,6 +72,7 @@ __all__ = [
     "driver_device_memory",
     "parse_size",
     "readable_size",
+    "courtesy",
     "monitor",
     "test_memory",
     "render_tracker_block",
@@ -379,23 +380,6 @@ def _estimate_text(model: str, lines: Sequence[tuple[str, int, str]], notes: Seq
 
 def _estimate_html(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
     """An estimate's figures as an HTML table."""
-
-# courtesy.rs
-@final
-class HostBook:
-    """Courtesy's host side: pinned buffers and where each moved storage sits."""
-
-    def __new__(cls) -> HostBook: ...
-    def place(
-        self, storages: Sequence[tuple[int, int]]
-    ) -> tuple[int, int, list[tuple[int, int]]]: ...
-    def pending(self) -> list[tuple[int, int, int, int, int]]: ...
-    def restored(self, records: Sequence[int]) -> None: ...
-    def gone(self, records: Sequence[int]) -> None: ...
-    def on_host(self) -> tuple[int, int]: ...
-    def buffers(self) -> list[int]: ...
-    def free_buffers(self) -> list[int]: ...
-    def release_free(self) -> list[int]: ...
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).

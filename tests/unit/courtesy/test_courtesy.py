@@ -175,7 +175,7 @@ def test_context_manager_and_bad_devices():
 
 
 def test_host_book_places_and_reuses_buffers():
-    book = _core.HostBook()
+    book = _core.courtesy.HostBook()
     buffer, allocate, placed = book.place([(0, 1000), (1, 10)])
     assert (buffer, allocate, placed) == (0, 1 << 20, [(0, 0), (1, 1024)])
     book.restored([0, 1])
