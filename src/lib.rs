@@ -82,11 +82,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_leave, m)?)?;
     m.add_function(wrap_pyfunction!(monitoring::_monitoring_on_throw, m)?)?;
     m.add_function(wrap_pyfunction!(tracing::_trace_new_thread, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::register(m)?;
     courtesy::py::register(m)?;
+    estimate::py::register(m)?;
     monitor::py::register(m)?;
     test_memory::py::register(m)?;
     Ok(())

@@ -22,7 +22,7 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
-    from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
+    from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
     from .line_result import LineProfileResult
     from .merge import MergedLineProfile, MergedTensorReport
@@ -86,7 +86,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"],
                     ".courtesy"),  # fmt: skip
     **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
-                    ".estimate"),  # fmt: skip
+                    ".estimation"),  # fmt: skip
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineRecordsDisplay"], ".line_profiler"),
     "LineProfileResult": ".line_result",
     **dict.fromkeys(["MergedLineProfile", "MergedTensorReport"], ".merge"),
@@ -130,7 +130,7 @@ def __dir__() -> list[str]:
 
 class _Front(_types.ModuleType):
     """This package's module object. Where a public name is also the name of a submodule
-    (``profile``, ``estimate``: functions of the modules of that name), the binding the
+    (``profile``: the function of the module of that name), the binding the
     import system makes on a package when one of its submodules is first imported does
     not replace the public name, whoever imports the submodule first (``memlab-rs run``
     imports ``memlab_rs.profile`` before the script's ``from memlab_rs import profile``)."""

@@ -315,34 +315,6 @@ TRACKER = Obj(
 )
 
 
-def _activation_at_peak(data: dict[str, Any], where: str) -> None:
-    if "activation" not in data["peak_by_category"]:
-        raise ValueError(f'{where}: "peak_by_category" has no "activation"')
-
-
-_ESTIMATE_BYTES = (
-    "parameters buffers inputs gradients optimizer_state activations intermediates_forward "
-    "intermediates_backward peak_allocated peak_step peak_reserved workspaces allocations"
-).split()
-
-ESTIMATE = Obj(
-    "estimate",
-    {
-        "model": TEXT,
-        "device": TEXT,
-        "dtype": Opt(TEXT),
-        **{name: BYTES for name in _ESTIMATE_BYTES},
-        "peak_phase": Str(word=True),
-        "peak_by_category": Map(BYTES),
-        "phase_peaks": Map(BYTES),
-        "phase_ends": Map(BYTES),
-        "step_peaks": Map(BYTES, keys="[0-9]{1,18}", keys_what="step numbers"),
-        "seconds": SECONDS,
-        "notes": TEXTS,
-    },
-    rules=(_activation_at_peak,),
-)
-
 TEST_MEMORY = Obj(
     "test_memory",
     {
@@ -401,7 +373,6 @@ SCHEMAS: dict[str, Obj] = {
     "tensor_report": TENSOR_REPORT,
     "merged_tensor_report": MERGED_TENSOR_REPORT,
     "tracker": TRACKER,
-    "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
     "trace": TRACE,
 }

@@ -4,10 +4,14 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use super::allocator::{Allocator, Block, Kind};
 
-/// One recorded event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One recorded event; the recording writes it `[op, id, bytes]`: op 0 allocates storage
+/// `id` of `bytes` bytes, 1 frees it, 2 starts phase `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "(u8, u64, u64)")]
 pub enum Event {
     /// Storage `id` (an index into the categories) of `bytes` bytes came to life.
     Alloc { id: u64, bytes: u64 },
@@ -17,8 +21,36 @@ pub enum Event {
     Phase { index: usize },
 }
 
+impl TryFrom<(u8, u64, u64)> for Event {
+    type Error = String;
+
+    fn try_from((op, id, bytes): (u8, u64, u64)) -> Result<Self, String> {
+        match op {
+            0 => Ok(Event::Alloc { id, bytes }),
+            1 => Ok(Event::Free { id }),
+            2 => Ok(Event::Phase { index: id as usize }),
+            other => Err(format!(
+                "unknown event kind {other} (0 alloc, 1 free, 2 phase)"
+            )),
+        }
+    }
+}
+
+/// A fake step's recording, as the estimate's Python side hands it over (once, as JSON).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recording {
+    /// Which allocator to model.
+    pub device_type: Kind,
+    pub events: Vec<Event>,
+    /// The category (the caller's index) of each storage id.
+    pub categories: Vec<u8>,
+    pub n_categories: usize,
+    pub n_phases: usize,
+}
+
 /// What the replay found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Replay {
     pub peak_allocated: u64,
     /// The phase during which the peak was first reached.

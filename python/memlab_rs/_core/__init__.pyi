@@ -11,6 +11,7 @@ from typing import Any, SupportsIndex, final
 import numpy as np
 
 from . import courtesy as courtesy
+from . import estimate as estimate
 from . import monitor as monitor
 from . import test_memory as test_memory
 
@@ -43,9 +44,6 @@ __all__ = [
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
-    "_estimate_html",
-    "_estimate_replay",
-    "_estimate_text",
     "_fork_child",
     "_fork_parent",
     "_fork_prepare",
@@ -73,6 +71,7 @@ __all__ = [
     "parse_size",
     "readable_size",
     "courtesy",
+    "estimate",
     "monitor",
     "test_memory",
     "render_tracker_block",
@@ -364,22 +363,6 @@ def check_snapshot_pickle(path: str) -> tuple[int, int]:
 def _trace_timeline_html(view: dict[str, Any]) -> str:
     """The timeline of a trace as one self-contained HTML page, from a dict with the keys
     of ``report.timeline(device)``."""
-
-# estimate/ and render/estimate_*.rs
-def _estimate_replay(
-    device_type: str,
-    recorded: Sequence[tuple[int, int, int]],
-    categories: Sequence[int],
-    n_categories: int,
-    n_phases: int,
-) -> dict[str, Any]:
-    """Replay a recorded step's (op, id, bytes) events through the allocator model."""
-
-def _estimate_text(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
-    """An estimate's figures in Pytorch-Memory-Utils' ``modelsize`` style."""
-
-def _estimate_html(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
-    """An estimate's figures as an HTML table."""
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).

@@ -20,7 +20,6 @@ _METHODS: dict[str, dict[str, str]] = {
     "merged_tensor_report": {"text": "text", "html": "html", "csv": "to_csv"},
     "trace": {"text": "text", "html": "_repr_html_", "csv": "to_csv"},
     "tracker": {"text": "text", "html": "html"},
-    "estimate": {"text": "text", "html": "html"},
 }
 
 

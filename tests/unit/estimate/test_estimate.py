@@ -13,7 +13,7 @@ import torch
 
 import memlab_rs
 from memlab_rs import FakeStepError, _core, _cpu_source, estimate, max_batch_size
-from memlab_rs._fake_step import _sdpa_backend
+from memlab_rs.estimation._fake_step import _sdpa_backend
 from memlab_rs.models import TinyGPT
 
 FIXTURES = paths.FIXTURES / "estimate"
@@ -266,7 +266,7 @@ FORWARD_ALLOCATIONS = '''
 import contextlib, json, sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from memlab_rs import _fake_step as fs
+from memlab_rs.estimation import _fake_step as fs
 from memlab_rs.models import TinyGPT
 
 

@@ -326,10 +326,12 @@ def test_damaged_estimate_is_refused(tmp_path):
     def bad_category(data):
         data["peak_by_category"]["activation"] = None
 
-    refused(tmp_path, gpt, bad_peak, 'estimate: "peak_allocated" must be int')
-    refused(tmp_path, gpt, bad_steps, '"step_peaks" must be keyed by step numbers')
-    refused(tmp_path, gpt, bad_notes, r'estimate: "notes"\[0\] must be str, got 1')
-    refused(tmp_path, gpt, bad_category, 'estimate peak_by_category: "activation" must be int')
+    refused(tmp_path, gpt, bad_peak, 'peak_allocated: invalid type: string "lots", expected u64')
+    refused(tmp_path, gpt, bad_steps, 'step_peaks: must be keyed by step numbers, got "first"')
+    refused(tmp_path, gpt, bad_notes, r"notes\[0\]: invalid type: integer `1`, expected a string")
+    refused(
+        tmp_path, gpt, bad_category, "peak_by_category.activation: invalid type: null, expected u64"
+    )
 
 
 # -- monitor -------------------------------------------------------------------------------
