@@ -145,6 +145,37 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::from_json;
+
+    #[test]
+    fn a_recording_reads_as_the_estimate_writes_it() {
+        let r: Recording = from_json(
+            r#"{"device_type": "cuda", "events": [[2, 0, 0], [0, 0, 512], [1, 0, 0]],
+                "categories": [3], "n_categories": 9, "n_phases": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(r.device_type, Kind::Cuda);
+        assert_eq!(
+            r.events,
+            vec![
+                Event::Phase { index: 0 },
+                Event::Alloc { id: 0, bytes: 512 },
+                Event::Free { id: 0 }
+            ]
+        );
+        let bad_op = r#"{"device_type": "cpu", "events": [[7, 0, 0]], "categories": [],
+                         "n_categories": 9, "n_phases": 1}"#;
+        let err = from_json::<Recording>(bad_op).unwrap_err().to_string();
+        assert!(err.starts_with("events[0]: unknown event kind 7"), "{err}");
+        let bad_device = bad_op
+            .replace("\"cpu\"", "\"xpu\"")
+            .replace("[7, 0, 0]", "");
+        let err = from_json::<Recording>(&bad_device).unwrap_err().to_string();
+        assert!(
+            err.starts_with("device_type: unknown variant `xpu`"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn peak_and_categories_at_the_peak() {
