@@ -339,3 +339,26 @@ def test_cprofile_and_a_trace_function_alongside():
     for a, e in zip(auto.rows(), every.rows()):
         assert_same_step(a, e)
     assert [r["feature_maps_from"] for r in auto.rows()] == [1, 2, 3, 3, 3]
+
+
+def test_a_steady_loop_with_residual_sums_reuses_its_measured_step():
+    # A transformer's residual connections sum gradients in backward. A measured backward's
+    # node hooks hold each gradient while they read it, so torch allocates those sums anew
+    # instead of in place: its allocation and free counts differ from an unmeasured one's.
+    # The steady steps must still be recognised and take the third step's figures.
+    from memlab_rs.models import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=100, dim=32, layers=2, heads=4, context=16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 100, (2, 16))
+    with memlab_rs.memory_profiler(model, optimizer=opt, file=io.StringIO()) as mon:
+        for _ in range(6):
+            model(ids).logsumexp(-1).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            mon.record_stats()
+    rows = mon.rows()
+    assert [r["feature_maps_from"] for r in rows] == [1, 2, 3, 3, 3, 3]
+    assert all(r["feature_maps"] == rows[2]["feature_maps"] > 0 for r in rows[3:])
+    assert all(r["intermediate_gradients"] == rows[2]["intermediate_gradients"] for r in rows[3:])
