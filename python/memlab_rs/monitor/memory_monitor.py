@@ -59,25 +59,16 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from .. import _core, _cpu_source, _module_hooks, _torch, results  # noqa: F401  (_cpu_source: the CPU glue)
-from . import _backward_calls
+from .. import (
+    _core,
+    _cpu_source,  # noqa: F401  (the CPU source's torch glue, needed by Source("cpu"))
+    _module_hooks,
+    results,
+)
+from . import _backward_calls, _hook_stack, _model
 from .result import MonitorResult, dataframe, rendered
 
 _rust = _core.monitor
-
-_autograd = torch._C._autograd
-
-
-def _storage_of(t: torch.Tensor, device_index: int) -> tuple[int, int] | None:
-    """(storage address, bytes) of a tensor on the monitored device, else None."""
-    try:
-        if t.get_device() != device_index or t.is_meta:
-            return None
-        s = t.untyped_storage()
-        ptr = s.data_ptr()
-        return (ptr, s.nbytes()) if ptr else None
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None  # sparse, nested or a wrapper subclass: no storage of its own
 
 
 class MemoryMonitor:
@@ -116,7 +107,7 @@ class MemoryMonitor:
         file: TextIO | None = None,
         feature_maps: str = "auto",
     ) -> None:
-        _check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
+        _model.check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
         if feature_maps not in ("auto", "every"):
             raise ValueError(
                 f"memory_profiler: feature_maps must be 'auto' (measure saved tensors while "
@@ -128,7 +119,7 @@ class MemoryMonitor:
         self._print_period = int(print_period)
         self._verbose = verbose
         self._file = file
-        self._device = _monitored_device(model, device)
+        self._device = _model.monitored_device(model, device)
         self._device_index = -1 if self._device == "cpu" else int(self._device[5:])
         self._device_type = "cpu" if self._device == "cpu" else "cuda"
         self.iteration = 0
@@ -190,7 +181,7 @@ class MemoryMonitor:
             "device": self._device,
             "verbose": verbose,
             "print_period": self._print_period,
-            "csv_names": [name for name, _ps, _n in _param_rows(model)],
+            "csv_names": [name for name, _ps, _n in _model.param_rows(model)],
         }
         self._recorder: Any = _rust.Recorder(json.dumps(head))
         self._csv_path: str | None = None
@@ -256,7 +247,7 @@ class MemoryMonitor:
             self._stopped = True
             if not self._pop_hooks() and self._pushed_on is not None:
                 # Left on: inert (it only chains) until it surfaces, and is popped then.
-                _left_inert(self._pushed_on, self._pack, self._unpack)
+                _hook_stack.left_inert(self._pushed_on, self._pack, self._unpack)
             _backward_calls.remove(self)
             for handle in self._grad_handles:
                 handle.remove()
@@ -342,19 +333,19 @@ class MemoryMonitor:
         tensors are logged from now on, until ``_pop_hooks``."""
         if self._pushed_on is not None:
             return
-        _pop_inert()
-        outer = _top_hooks()
+        _hook_stack.pop_inert()
+        outer = _hook_stack.top()
         self._hooks.chain(outer)
         self._chains = outer is not None
         self._chained_now = self._chained_now or self._chains
-        _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+        _hook_stack.push(self._pack, self._unpack)
         self._pushed_on = threading.get_ident()
 
     def _pop_hooks(self) -> bool:
         """Pop our pair if it is on top of this thread's stack; False if it is left on."""
         if self._pushed_on is None:
             return True
-        top = _top_hooks()
+        top = _hook_stack.top()
         if (
             threading.get_ident() != self._pushed_on
             or top is None
@@ -362,9 +353,9 @@ class MemoryMonitor:
             or top[1] is not self._unpack
         ):
             return False  # another thread's stack, or a pair pushed over ours: left on
-        _autograd._pop_saved_tensors_default_hooks()
+        _hook_stack.pop()
         self._pushed_on = None
-        _pop_inert()
+        _hook_stack.pop_inert()
         return True
 
     def _install_module_hooks(self) -> None:
@@ -387,7 +378,7 @@ class MemoryMonitor:
     def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook (``feature_maps="auto"``): note the call's key, and
         turn the hooks on when the measured iteration's call at this place had another."""
-        key = _call_key(args, kwargs, self._model.training, self._device_type)
+        key = _model.call_key(args, kwargs, self._model.training, self._device_type)
         with self._lock:
             if self._stopped:
                 return
@@ -400,7 +391,7 @@ class MemoryMonitor:
                 return
             # Pushing over a pair the user opened since the iteration started would pop
             # theirs when their ``with`` exits: then this iteration stays unmeasured.
-            if self._phase == "forward" and _top_hooks() == self._top_at_start:
+            if self._phase == "forward" and _hook_stack.top() == self._top_at_start:
                 self._start_measuring()
                 self._measured = n == 1 and self._windows == []
 
@@ -535,7 +526,7 @@ class MemoryMonitor:
         key = _rust.data_ptrs(self._params)
         if key != self._param_key:
             self._param_key = key
-            self._rows = _param_rows(self._model)
+            self._rows = _model.param_rows(self._model)
             self._row_bytes = [nbytes for _name, _ps, nbytes in self._rows]
             names = [name for name, _ps, _b in self._rows]
             self._recorder.set_layout(json.dumps({"names": names, "bytes": self._row_bytes}))
@@ -558,7 +549,7 @@ class MemoryMonitor:
     def _storages(self, tensors: list[torch.Tensor], exclude: Any) -> dict[int, int]:
         """{storage address: bytes} of the tensors on the monitored device, each storage
         once, leaving out the addresses in ``exclude``."""
-        found = (_storage_of(t, self._device_index) for t in tensors)
+        found = (_model.storage_of(t, self._device_index) for t in tensors)
         return {f[0]: f[1] for f in found if f is not None and f[0] not in exclude}
 
     def _optimizer_state(self, full: bool) -> int:
@@ -632,7 +623,7 @@ class MemoryMonitor:
             self._start_measuring()
         self._measured = self._pushed_on is not None
         self._chained_now = self._measured and self._chains
-        self._top_at_start = _top_hooks()
+        self._top_at_start = _hook_stack.top()
         self._keys = []
         self._counts = []
         self._start = start
@@ -704,144 +695,6 @@ class _Calibration(NamedTuple):
     chained: bool
     intermediate: int  # intermediate gradients
     intermediate_incomplete: bool
-
-
-_SCALARS = (int, float, bool, str, type(None))
-
-
-def _autocast(device_type: str) -> tuple[bool, Any]:
-    """Whether autocast is on for ``device_type``, and its dtype."""
-    try:  # torch >= 2.4
-        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
-    except (TypeError, AttributeError):  # older torch: one function per device type
-        if device_type == "cuda":
-            return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
-        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-
-
-def _call_key(args: Any, kwargs: Any, training: bool, device_type: str) -> tuple[Any, ...]:
-    """What a forward call's allocations depend on that can be read before it runs: each
-    tensor's shape, dtype, device and requires_grad, scalars' values, containers' lengths
-    (three levels deep), other arguments' types, the training flag, grad mode and autocast
-    on the monitored device type."""
-    key: list[Any] = [training, torch.is_grad_enabled(), _autocast(device_type)]
-
-    def add(value: Any, depth: int) -> None:
-        if isinstance(value, torch.Tensor):
-            key.append((value.shape, value.dtype, value.device, value.requires_grad))
-        elif isinstance(value, _SCALARS):
-            key.append(value)
-        elif depth < 3 and isinstance(value, (list, tuple)):
-            key.append(len(value))
-            for item in value:
-                add(item, depth + 1)
-        elif depth < 3 and isinstance(value, dict):
-            key.append(len(value))
-            for name, item in value.items():
-                key.append(name)
-                add(item, depth + 1)
-        else:
-            key.append(type(value))
-
-    add(args, 0)
-    add(kwargs, 0)
-    return tuple(key)
-
-
-def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:
-    """(names joined by '+', the parameters, storage bytes), one per parameter storage:
-    tied weights once, under all their names."""
-    by_storage: dict[int, tuple[list[str], list[Any], int]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        s = p.untyped_storage()
-        entry = by_storage.setdefault(s.data_ptr(), ([], [], s.nbytes()))
-        if name not in entry[0]:
-            entry[0].append(name)
-        if not any(q is p for q in entry[1]):
-            entry[1].append(p)
-    return [("+".join(n), ps, b) for n, ps, b in by_storage.values()]
-
-
-# The pairs of stopped monitors left on a thread's stack (a pair was over them, or the stop
-# came from another thread), by (thread, pack): inert pass-throughs until they come to the
-# top of that thread's stack, where the next push or pop of a monitor on that thread takes
-# them off. Left there, a later monitor would chain one, and count nothing of what it holds.
-_inert: dict[tuple[int, int], tuple[Any, Any]] = {}
-_inert_lock = threading.Lock()
-
-
-def _left_inert(thread: int, pack: Any, unpack: Any) -> None:
-    with _inert_lock:
-        _inert[(thread, id(pack))] = (pack, unpack)
-
-
-def _pop_inert() -> None:
-    """Pop the stopped monitors' pairs on top of this thread's stack."""
-    thread = threading.get_ident()
-    while True:
-        top = _top_hooks()
-        if top is None:
-            return
-        with _inert_lock:
-            pair = _inert.get((thread, id(top[0])))
-            if pair is None or pair[0] is not top[0] or pair[1] is not top[1]:
-                return
-            del _inert[(thread, id(top[0]))]
-        _autograd._pop_saved_tensors_default_hooks()
-
-
-def _top_hooks() -> tuple[Any, Any] | None:
-    top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
-    if top is None:  # older torch: cannot see an outer pair; documented limitation
-        return None
-    return top(False)
-
-
-def _monitored_device(model: torch.nn.Module, device: Any) -> str:
-    if device is None:
-        first = next(iter(model.parameters()), None)
-        if first is None:
-            return "cpu"
-        device = first.device
-    key = _torch.report_device(device, "device")
-    if key != "cpu" and not key.startswith("cuda:"):
-        raise ValueError(
-            f"memory_profiler: device={device!r}: only 'cpu' and CUDA devices have an "
-            "allocator to read (pass device='cpu' or 'cuda:N')"
-        )
-    return key
-
-
-def _check_arguments(
-    model: Any,
-    print_period: Any,
-    csv: Any,
-    optimizer: Any,
-    verbose: Any,
-    csv_dir: Any,
-    file: Any,
-) -> None:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"memory_profiler: model must be a torch.nn.Module, got {type(model).__name__}"
-        )
-    if isinstance(print_period, bool) or not isinstance(print_period, int) or print_period < 1:
-        raise ValueError(
-            f"memory_profiler: print_period must be an integer >= 1 (print every N "
-            f"iterations), got {print_period!r}"
-        )
-    for name, value in (("csv", csv), ("verbose", verbose)):
-        if not isinstance(value, bool):
-            raise TypeError(f"memory_profiler: {name} must be True or False, got {value!r}")
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            "memory_profiler: optimizer must be a torch.optim.Optimizer (its state is "
-            f"counted), got {type(optimizer).__name__}"
-        )
-    if not isinstance(csv_dir, (str, os.PathLike)):
-        raise TypeError(f"memory_profiler: csv_dir must be a path, got {csv_dir!r}")
-    if file is not None and not callable(getattr(file, "write", None)):
-        raise TypeError(f"memory_profiler: file must have a write() method, got {file!r}")
 
 
 memory_profiler = MemoryMonitor
