@@ -29,9 +29,6 @@ class Source:
         resets the peaks."""
     def reader(self) -> str: ...
     def notice(self) -> str | None: ...
-    @property
-    def running(self) -> list[bool]:
-        """Which counts of ``read`` are running totals (allocations, frees in the window)."""
 
 @final
 class SavedHeld:

@@ -24,9 +24,8 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   several microseconds per saved tensor, 10 to 15% of a CPU-bound step, so the pair is on
   only while the step changes. An iteration's *signature* is everything the monitor reads
   without the hooks: each window's kind, allocator peak, allocated bytes and known
-  categories at its boundaries, the allocator's allocation/free counts (not a backward's:
-  the node hooks of a measured one change them), live blocks and requested bytes, and each
-  forward call of the model's inputs (shapes, dtypes, devices,
+  categories at its boundaries, the allocator's allocation/free counts, live blocks and
+  requested bytes, and each forward call of the model's inputs (shapes, dtypes, devices,
   scalars), training flag, grad and autocast modes. The first iterations are measured until
   two in a row have the same signature; later ones run without hooks, and one whose
   signature equals the last measured iteration's takes its saved-tensor figures
@@ -450,25 +449,12 @@ class MemoryMonitor:
     # ----- which iterations are measured ------------------------------------------------
 
     def _signature(self) -> tuple[Any, ...]:
-        """Everything read of this iteration without the hooks (module docstring), but how
-        many allocations and frees a backward made: the node hooks of a measured backward
-        (``_core.monitor.GradientLog``) hold each gradient while they read it, so where
-        torch would add a gradient into its buffer in place it allocates the sum anew
-        (8 more allocations and frees in a 4-layer TinyGPT's backward). Its live blocks
-        and requested bytes at the end, and its bytes, still tell backwards apart."""
+        """Everything read of this iteration without the hooks (module docstring)."""
         windows = tuple(
             (kind, tuple(start[:5]), tuple(end[:5]), peak)
             for kind, start, end, peak in self._windows
         )
-        running = self._source.running if self._source is not None else []
-        counts = tuple(
-            tuple(
-                n
-                for n, total in zip(c, running or [False] * len(c))
-                if not (total and kind == "backward")
-            )
-            for (kind, _start, _end, _peak), c in zip(self._windows, self._counts)
-        )
+        counts = tuple(tuple(c) for c in self._counts)
         return (windows, counts, tuple(self._keys))
 
     def _settle_activations(self) -> int | None:

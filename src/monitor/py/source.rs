@@ -95,14 +95,6 @@ impl MonitorSource {
         Ok(figures)
     }
 
-    /// Which of the counts `read` gives are running totals (allocations and frees in the
-    /// window) rather than figures at its end (live blocks, requested bytes); empty until the
-    /// first `read` that found the source's layout.
-    #[getter]
-    fn running(&self) -> Vec<bool> {
-        self.counts.iter().map(|&(_, running)| running).collect()
-    }
-
     /// How the figures are read ("torch._C._cuda_memoryStats", "allocator memory",
     /// "allocator hook", "dispatch mode").
     fn reader(&self) -> &'static str {
