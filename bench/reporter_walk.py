@@ -85,7 +85,7 @@ def main() -> None:
         start = time.perf_counter()
         gc.get_objects()
         floor.append(time.perf_counter() - start)
-        stats = ours().collect()._table.walk_stats
+        stats = ours().collect().to_data()["walk"]
         walks.append(stats["walk_seconds"])
         facts.append(stats["facts_seconds"])
     med = {k: statistics.median(v) for k, v in times.items()}

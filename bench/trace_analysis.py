@@ -11,7 +11,7 @@ GPU mode (the default; needs CUDA, else it says so and exits 0):
       ``_memory_viz.segsum(data)``. Targets: ours <= 0.1 s from the loaded dict to the finished
       report, and >= 10x faster than torch's.
   (b) Getting the snapshot out of torch, each in a fresh process holding the same kind of
-      history: ``memlab_rs._cuda_history.snapshot()`` (no inductor import) against a first
+      history: ``memlab_rs._sources.cuda_history.snapshot()`` (no inductor import) against a first
       ``torch.cuda.memory._snapshot()`` (which imports ``torch._inductor``), each followed by
       a second (warm) call; what remains is what ours still costs.
   (c) Memory: a snapshot of about --big-gb GB, built from (a)'s entries repeated with shifted
@@ -376,7 +376,7 @@ def record_gpt2(entries: int):
     sys.path.insert(0, HERE)
     from trace_workloads import gpt2
 
-    from memlab_rs import _cuda_history
+    from memlab_rs._sources import cuda_history as _cuda_history
 
     step, _model = gpt2(1, 64)
     for _ in range(3):
@@ -397,7 +397,7 @@ def record_gpt2(entries: int):
 
 def snapshot_worker(how: str, entries: int) -> None:
     """In a fresh process: the history of `entries`, then a first and a second snapshot."""
-    from memlab_rs import _cuda_history
+    from memlab_rs._sources import cuda_history as _cuda_history
 
     steps, _ = record_gpt2(entries)
     take = _cuda_history.snapshot if how == "ours" else torch.cuda.memory._snapshot
@@ -449,7 +449,7 @@ def gpu_mode(args) -> None:
                     print(f"  the {how} worker failed: {failure}")
                     continue
                 results[how].append(lines[-1])
-        for how, label in (("ours", "memlab_rs._cuda_history.snapshot()"),
+        for how, label in (("ours", "memlab_rs._sources.cuda_history.snapshot()"),
                            ("torch", "torch.cuda.memory._snapshot()")):
             got = results[how]
             if not got:

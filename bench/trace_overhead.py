@@ -53,7 +53,7 @@ from memlab_rs import _core
 from memlab_rs import trace as mtrace
 
 HAVE_CUDA = torch.cuda.is_available()
-HAVE_TAGGER = importlib.util.find_spec("memlab_rs._trace_tags") is not None
+HAVE_TAGGER = importlib.util.find_spec("memlab_rs.trace.tags") is not None
 HAVE_CPU_TRACER = hasattr(_core, "_cpu_trace_start")
 TARGETS = {"gpt2-8x512": 1.03, "gpt2-1x64": 1.15, "resnet50": 1.03}
 MAX_ENTRIES = 1_000_000
@@ -301,7 +301,7 @@ def main() -> None:
     gpu = torch.cuda.get_device_name(0) if HAVE_CUDA else "no GPU"
     print(f"Python {platform.python_version()}, torch {torch.__version__}, {gpu}, "
           f"memlab_rs {memlab_rs.__version__}, {os.cpu_count()} CPUs")
-    print(f"module tagger (memlab_rs._trace_tags): "
+    print(f"module tagger (memlab_rs.trace.tags): "
           f"{'present' if HAVE_TAGGER else 'MISSING: tag_modules=True tags nothing'}; "
           f"CPU recorder: {'present' if HAVE_CPU_TRACER else 'missing'}")
     if not args.skip_gpu:

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from memlab_rs._trace_tags import ModuleTagger, cpu_tag_setter, cuda_tag_setter
+from memlab_rs.trace.tags import ModuleTagger, cpu_tag_setter, cuda_tag_setter
 
 LAYERS = 12
 

@@ -10,14 +10,15 @@ import subprocess
 import sys
 
 CHILD = """
-import statistics, sys
+import os, statistics, sys
 sys.path.insert(0, "bench")
 from reporter_walk import build_process
 import memlab_rs
 model, optimizer, records = build_process(350_000)
-walks = [memlab_rs.MemReporter(model).collect()._table.walk_stats for _ in range(15)]
-print(walks[0]["thread_limit"], statistics.median(w["walk_seconds"] for w in walks) * 1e3,
-      walks[0]["strategy"])
+walks = [memlab_rs.MemReporter(model).collect().to_data()["walk"] for _ in range(15)]
+# MEMLAB_RS_WALK_THREADS, as set, is the walk's thread limit (src/gc_walk/chains.rs).
+print(os.environ["MEMLAB_RS_WALK_THREADS"],
+      statistics.median(w["walk_seconds"] for w in walks) * 1e3, walks[0]["strategy"])
 """
 
 

@@ -26,7 +26,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(text::size::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(sources::driver::driver_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(sources::driver::driver_available, m)?)?;
-    m.add_function(wrap_pyfunction!(tensor_report::collect_report, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::tracked_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::_instances_of, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::collections::_gc_watch_state, m)?)?;
@@ -34,16 +33,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(gc_callback.clone())?;
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
-    m.add_class::<tensor_report::ReportTable>()?;
-    m.add_class::<tracker::TrackerCore>()?;
-    m.add_function(wrap_pyfunction!(tracker::py::render_tracker_block, m)?)?;
-    m.add_function(wrap_pyfunction!(tracker::py::_tracker_html, m)?)?;
     m.add_class::<line_profiler::LineCollector>()?;
     m.add_class::<line_profiler::py::LineReportView>()?;
-    m.add_class::<trace::py::TraceAnalysis>()?;
-    m.add_function(wrap_pyfunction!(trace::py::check_snapshot_pickle, m)?)?;
     m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
-    m.add_function(wrap_pyfunction!(trace::py::_trace_timeline_html, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_allocated, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_freed, m)?)?;
     m.add_function(wrap_pyfunction!(line_profiler::_cpu_adopted, m)?)?;
@@ -87,5 +79,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     estimate::py::register(m)?;
     monitor::py::register(m)?;
     test_memory::py::register(m)?;
+    trace::py::register(m)?;
+    tensor_report::py::register(m)?;
+    tracker::py::register(m)?;
     Ok(())
 }

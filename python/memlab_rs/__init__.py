@@ -25,7 +25,7 @@ if _typing.TYPE_CHECKING:
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import DEFAULT_COLUMNS, LineProfiler, LineRecordsDisplay
     from .line_result import LineProfileResult
-    from .merge import MergedLineProfile, MergedTensorReport
+    from .merge import MergedLineProfile
     from .monitor import MemoryMonitor, MonitorResult, memory_profiler
     from .profile import (
         clear_global_line_profiler,
@@ -34,10 +34,10 @@ if _typing.TYPE_CHECKING:
         profile_every,
         set_target_gpu,
     )
-    from .reporter import MemoryReport, MemReporter, TensorRow
     from .results import load
     from .results.diff import ResultDiff, diff_results
     from .results.merge import gather_results, merge_results
+    from .tensor_report import MemoryReport, MemReporter, MergedTensorReport, TensorRow
     from .test_memory import PytestMemoryResult
     from .tracker import MemTracker, TrackResult, TrackRow
 
@@ -89,11 +89,12 @@ _HOMES: dict[str, str] = {
                     ".estimation"),  # fmt: skip
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineRecordsDisplay"], ".line_profiler"),
     "LineProfileResult": ".line_result",
-    **dict.fromkeys(["MergedLineProfile", "MergedTensorReport"], ".merge"),
+    "MergedLineProfile": ".merge",
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(["clear_global_line_profiler", "global_line_profiler", "profile",
                      "profile_every", "set_target_gpu"], ".profile"),  # fmt: skip
-    **dict.fromkeys(["MemoryReport", "MemReporter", "TensorRow"], ".reporter"),
+    **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
+                    ".tensor_report"),  # fmt: skip
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),
     **dict.fromkeys(["gather_results", "merge_results"], ".results.merge"),

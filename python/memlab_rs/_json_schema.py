@@ -1,6 +1,6 @@
 """A small language for the shape of JSON values, for ``_result_schema``: each ``Spec``
 says what a value must be (``Int(0)``, ``List(Str())``, ``Obj(label, fields)``), tests it
-fast (``ok``: a trace's stacks hold millions of ints) and, when it fails, says where and
+fast (``ok``: a long record holds many values) and, when it fails, says where and
 why in a ValueError (``check``): ``tracker row 0: "bytes" must be >= 0, got -5``.
 
 >>> Obj("row {i}", {"bytes": Int(0)}).check_object({"bytes": -5}, "tracker row 0")
@@ -117,24 +117,6 @@ class Opt(Spec):
             self.spec.check(value, where, key, path)
 
 
-class Either(Spec):
-    """One of two specs (a tensor's shape: a list of ints, or its text)."""
-
-    def __init__(self, first: Spec, second: Spec):
-        self.first, self.second = first, second
-        self.what = f"{first.what} or {second.what}"
-
-    def ok(self, value: Any) -> bool:
-        return self.first.ok(value) or self.second.ok(value)
-
-
-class AnyObject(Spec):
-    """An object whose content someone else checks (a trace's snapshot, its frames)."""
-
-    what = "an object"
-
-    def ok(self, value: Any) -> bool:
-        return type(value) is dict
 
 
 class List(Spec):
@@ -143,8 +125,8 @@ class List(Spec):
     def __init__(self, item: Spec, what: str | None = None):
         self.item = item
         self.what = what or f"a list of {_plural(item)}"
-        # The common case, a list of ints, checked by builtins (a trace's stacks hold
-        # millions of frame indices).
+        # The common case, a list of ints, checked by builtins (a long profile or record
+        # holds many).
         self._ints = isinstance(item, Int)
         self._bounds = (item.lo, item.hi) if isinstance(item, Int) else (0, 0)
 

@@ -12,14 +12,17 @@ it is; the kind's ``from_data`` then only builds. The later redesign turns these
 serde-typed Rust structs; until then they are written as data, in one file, to move there.
 
 What is left to others: the syntax, nesting and numbers of the JSON text
-(``_core.check_result_json``, before parsing), a trace's snapshot (torch's schema, read and
-checked by the trace reader, ``src/trace/load.rs``), and what only the analysis can tell
-(a trace whose ``source`` disagrees with its snapshot).
+(``_core.check_result_json``, before parsing), and the kinds whose data Rust reads: their
+schema is their serde derive (``src/<room>/result.rs``), checked by the room's
+``_core.<room>.validate`` when the result is built. A trace's fields are checked so
+(``_core.trace.validate``), its snapshot (torch's schema) by the trace reader that analyses
+it (``src/trace/py/load.rs``), and what only the analysis can tell (a ``source`` that
+disagrees with the snapshot) by ``TraceResult.from_data``.
 
->>> check("tracker", {"rows": []}, {})
+>>> check("test_memory", {"nodeid": "t"}, {})
 Traceback (most recent call last):
 ...
-ValueError: tracker: no "total_bytes" field
+ValueError: test_memory: no "outcome" field
 """
 
 from __future__ import annotations
@@ -30,15 +33,10 @@ from ._json_schema import (
     I64_MIN,
     RANK_MAX,
     U32_MAX,
-    AnyObject,
-    Bool,
-    Either,
     Float,
     Int,
     List,
-    Map,
     Obj,
-    OneOf,
     Opt,
     Str,
     Tuple,
@@ -191,129 +189,7 @@ MERGED_LINE_PROFILE = Obj(
     rules=(_unique_ranks, _one_entry_per_rank),
 )
 
-# -- tensor reports ------------------------------------------------------------------------------
-
-TENSOR_REPORT = Obj(
-    "tensor report",
-    {
-        "verbose": Bool(),
-        "sections": List(
-            Obj(
-                "tensor report section {i} ({device})",
-                {
-                    "device": TEXT,
-                    "total_numel": BYTES,
-                    "total_bytes": BYTES,
-                    "total_storage_bytes": BYTES,
-                    "omitted_rows": BYTES,
-                    "omitted_bytes": BYTES,
-                    "cuda": Opt(
-                        Obj(
-                            "{parent}, cuda",
-                            {
-                                "allocated": BYTES,
-                                "requested": Opt(BYTES),
-                                "reserved": Opt(BYTES),
-                                "driver_used": Opt(BYTES),
-                                "driver_total": Opt(BYTES),
-                            },
-                        )
-                    ),
-                    "rows": List(
-                        Obj(
-                            "{parent}, row {i}",
-                            {
-                                "name": TEXT,
-                                "device": TEXT,
-                                "shape": Opt(List(SIGNED)),
-                                "shape_text": TEXT,
-                                "dtype": TEXT,
-                                "numel": BYTES,
-                                "bytes": BYTES,
-                                "storage_bytes": BYTES,
-                                "shared_with": Opt(TEXT),
-                            },
-                        )
-                    ),
-                },
-            )
-        ),
-        "incomplete": Opt(TEXT),
-        "walk": Obj(
-            "tensor report walk",
-            {"strategy": TEXT, "tensors": BYTES, "walk_seconds": SECONDS, "facts_seconds": SECONDS},
-        ),
-    },
-)
-
-
-def _one_size_per_rank(data: dict[str, Any], where: str) -> None:
-    ranks = len(data["ranks"])
-    for i, row in enumerate(data["rows"]):
-        if len(row["bytes"]) != ranks:
-            raise ValueError(f"{where} row {i}: {len(row['bytes'])} sizes for {ranks} ranks")
-    for device, sizes in data["totals"].items():
-        if len(sizes) != ranks:
-            raise ValueError(f"{where} totals {device}: {len(sizes)} sizes for {ranks} ranks")
-
-
-MERGED_TENSOR_REPORT = Obj(
-    "merged_tensor_report",
-    {
-        "ranks": List(RANK),
-        "world_size": WORLD,
-        "rows": List(
-            Obj(
-                "merged_tensor_report row {i}",
-                {
-                    "name": TEXT,
-                    "device": TEXT,
-                    "shape": Either(List(SIGNED), TEXT),
-                    "dtype": TEXT,
-                    "bytes": List(BYTES),
-                },
-            )
-        ),
-        "totals": Map(List(BYTES)),
-    },
-    rules=(_unique_ranks, _one_size_per_rank),
-)
-
-# -- the tracker, the estimate, a test's memory -----------------------------------------------
-
-TRACKER = Obj(
-    "tracker",
-    {
-        "rows": List(
-            Obj(
-                "tracker row {i}",
-                {
-                    "sign": OneOf("+", "-"),
-                    "count": BYTES,
-                    "shape": TEXT,
-                    "dtype": TEXT,
-                    "bytes": BYTES,
-                    "type": TEXT,
-                    "names": TEXTS,
-                    "line": TEXT,
-                },
-                # files saved before the storage's own bytes were kept lack it
-                optional={"storage_bytes": BYTES},
-            )
-        ),
-        "total_bytes": BYTES,
-        "allocated_bytes": BYTES,
-        "tensors": BYTES,
-        "where": TEXT,
-        "strategy": TEXT,
-        "incomplete": Opt(TEXT),
-        "seconds": Map(SECONDS),
-        "detail": Bool(),
-        "stamp": Opt(TEXT),
-    },
-    optional={"total_storage_bytes": BYTES},
-)
-
+# -- a test's memory -------------------------------------------------------------
 
 TEST_MEMORY = Obj(
     "test_memory",
@@ -343,38 +219,11 @@ TEST_MEMORY = Obj(
     },
 )
 
-# -- the trace -----------------------------------------------------------------------------------
-
-
-def _stacks_name_frames(data: dict[str, Any], where: str) -> None:
-    frames = len(data["frames"])
-    for s, indices in enumerate(data["stacks"]):
-        if indices and max(indices) >= frames:
-            raise ValueError(f"{where}: stack {s} must list frame indices (0 to {frames - 1})")
-
-
-TRACE = Obj(
-    "trace",
-    {
-        "source": OneOf("cuda", "cpu"),
-        "exclude": TEXTS,
-        "frames": List(AnyObject(), what="a list of frame objects"),
-        "stacks": List(List(Int(0, U32_MAX))),
-        "snapshot": AnyObject(),  # torch's schema: the trace reader checks it
-    },
-    optional={"paths": OneOf("short", "full")},  # files before paths= read as short
-    rules=(_stacks_name_frames,),
-)
-
 #: kind -> the schema of its ``data``.
 SCHEMAS: dict[str, Obj] = {
     "line_profile": LINE_PROFILE,
     "merged_line_profile": MERGED_LINE_PROFILE,
-    "tensor_report": TENSOR_REPORT,
-    "merged_tensor_report": MERGED_TENSOR_REPORT,
-    "tracker": TRACKER,
     "test_memory": TEST_MEMORY,
-    "trace": TRACE,
 }
 
 

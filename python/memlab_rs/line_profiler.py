@@ -19,8 +19,9 @@ from typing import Any, TextIO
 
 import torch
 
-from . import _args, _core, _cpu_source, results  # noqa: F401  (_cpu_source: the CPU glue)
+from . import _args, _core, results
 from ._columns import catalogue, check_columns
+from ._sources import cpu_source  # noqa: F401  (the CPU source's glue)
 from ._torch import check_target_gpu, line_profiler_device, local_cuda_index, parse_device
 from .line_result import DEFAULT_COLUMNS, LineProfileResult
 

@@ -9,7 +9,7 @@
 //!   must not trust its copy of the allocator), and no hook of ours is left: our
 //!   `sys.monitoring` tool id and its events are freed (3.12+), our trace function is taken
 //!   off the forking thread and its own tracer put back (3.9-3.11). The CPU source's own
-//!   handler (in `memlab_rs._cpu_source`) takes its dispatch modes off the forking thread
+//!   handler (in `memlab_rs._sources.cpu_source`) takes its dispatch modes off the forking thread
 //!   and forgets its live table.
 
 use std::sync::Once;

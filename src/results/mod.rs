@@ -4,9 +4,11 @@
 //! when asked for data), once back (`from_json`, for rendering, merging, diffing, and checking
 //! a loaded file). The derive is the schema: a document that does not fit it is a `DataError`
 //! naming the field that broke it, which is how a damaged or foreign file is refused.
+//! `count` bounds the counts and byte sizes a result holds to what an i64 holds.
 
 pub mod categories;
 pub mod check;
+pub mod count;
 pub mod json;
 pub mod nullable;
 pub mod py;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use super::model::{StackId, Trace, NONE};
 use super::paths::Paths;
 use super::peak::Live;
+use super::result::{LineBytes, Options, Shown};
 
 pub const UNTRACED: &str = "untraced";
 pub const NO_STACK: &str = "(no Python stack)";
@@ -27,6 +28,19 @@ fn is_stdlib(filename: &str) -> bool {
 pub struct Locator {
     pub exclude: Vec<String>,
     pub paths: Paths,
+}
+
+impl From<Options> for Locator {
+    fn from(options: Options) -> Locator {
+        let paths = match options.paths {
+            Shown::Full => Paths::Full,
+            Shown::Short => Paths::Short { cwd: options.cwd },
+        };
+        Locator {
+            exclude: options.exclude,
+            paths,
+        }
+    }
 }
 
 impl Locator {
@@ -123,8 +137,8 @@ impl Locator {
     }
 }
 
-/// One row of the peak table.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One row of the peak table (in what crosses to Python, a JSON object of these fields).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Row {
     pub key: String,
     pub bytes: u64,
@@ -264,35 +278,28 @@ pub fn by_module(live: &[Live], groups: &ModuleGroups) -> Vec<Row> {
 }
 
 /// Keyword groups, the tagging profiler's way: each row goes to the first group with a
-/// keyword in its key; `Others` takes the rest; `Untrackable` is `expected` minus the total.
-pub fn by_keyword(
-    rows: &[Row],
-    groups: &[(String, Vec<String>)],
-    expected: Option<u64>,
-) -> Vec<(String, i128)> {
-    let mut out: Vec<(String, i128)> = groups.iter().map(|(g, _)| (g.clone(), 0)).collect();
-    let mut others: i128 = 0;
-    let mut total: i128 = 0;
+/// keyword in its key; `Others` takes the rest. (`Untrackable`, what an expected total leaves,
+/// is the caller's: only Python knows what the driver reads now.)
+pub fn by_keyword(rows: &[Row], groups: &[(String, Vec<String>)]) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = groups.iter().map(|(g, _)| (g.clone(), 0)).collect();
+    let mut others: u64 = 0;
     for row in rows {
-        total += row.bytes as i128;
         match groups
             .iter()
             .position(|(_, words)| words.iter().any(|w| row.key.contains(w.as_str())))
         {
-            Some(i) => out[i].1 += row.bytes as i128,
-            None => others += row.bytes as i128,
+            Some(i) => out[i].1 += row.bytes,
+            None => others += row.bytes,
         }
     }
     out.push(("Others".to_owned(), others));
-    if let Some(expected) = expected {
-        out.push(("Untrackable".to_owned(), expected as i128 - total));
-    }
     out
 }
 
 /// Bytes alive at the peak per source line, counting an allocation under every line of its
-/// stack (each line once), as the line profiler counts what a line's callees allocate.
-pub fn by_line(trace: &Trace, live: &[Live]) -> HashMap<(String, u32), u64> {
+/// stack (each line once), as the line profiler counts what a line's callees allocate; by
+/// file and line.
+pub fn by_line(trace: &Trace, live: &[Live]) -> Vec<LineBytes> {
     let mut per_stack: HashMap<StackId, u64> = HashMap::new();
     for l in live.iter().filter(|l| !l.untraced && l.stack != NONE) {
         *per_stack.entry(l.stack).or_default() += l.bytes;
@@ -312,5 +319,14 @@ pub fn by_line(trace: &Trace, live: &[Live]) -> HashMap<(String, u32), u64> {
                 .or_default() += bytes;
         }
     }
-    out
+    let mut lines: Vec<LineBytes> = out
+        .into_iter()
+        .map(|((filename, line), bytes)| LineBytes {
+            filename,
+            line,
+            bytes,
+        })
+        .collect();
+    lines.sort_by(|a, b| (&a.filename, a.line).cmp(&(&b.filename, b.line)));
+    lines
 }

@@ -92,8 +92,9 @@ pub struct Segment {
     pub blocks: Vec<Block>,
 }
 
-/// Where the history came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the history came from (`"cuda"` or `"cpu"` in what crosses to Python).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Source {
     /// torch's CUDA caching allocator.
     Cuda,

@@ -1,25 +1,18 @@
 //! The parts of a snapshot that both readers convert alike: the segments (end and start
 //! layouts), the allocator settings, our `memlab_rs` key, and the assembly of each device's
-//! trace from its events. The dict reader (`load`) walks Python objects, the streaming reader
-//! (`pickle_stream`) its own compact values; `Doc` is what they have in common, so the rules
-//! live in one place.
+//! trace from its events. The dict reader (`py::load`) walks Python objects, the streaming
+//! reader (`pickle_stream`) its own compact values; `Doc` is what they have in common, so the
+//! rules live in one place.
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
-
+use super::error::{bad, ReadError};
 use super::model::{Action, Block, BlockState, DeviceTrace, Event, Segment, Source, Trace, NONE};
-
-/// A problem with the snapshot, named so the user can find it.
-pub fn bad(what: &str) -> PyErr {
-    PyValueError::new_err(format!(
-        "not a memory snapshot: {what} (expected the dict of torch.cuda.memory._snapshot(), \
-         a pickle written by torch.cuda.memory._dump_snapshot, or a memlab_rs trace)"
-    ))
-}
 
 /// Read access to a snapshot's values, as Python would see them.
 pub trait Doc {
     type Node: Clone;
+    /// What reading a value may fail with: the streaming reader's own `ReadError`, or the
+    /// interpreter's error for the dict reader (a key's `__eq__` may raise anything).
+    type Error: From<ReadError>;
     /// The trace being built (stacks and strings are interned into it).
     fn trace(&mut self) -> &mut Trace;
     /// Whether `node` is Python's None.
@@ -27,38 +20,46 @@ pub trait Doc {
     /// Whether `node` is a dict.
     fn is_dict(&self, node: &Self::Node) -> bool;
     /// `node[key]` of a dict (None when missing or when `node` is not a dict).
-    fn get(&mut self, node: &Self::Node, key: &'static str) -> PyResult<Option<Self::Node>>;
+    fn get(
+        &mut self,
+        node: &Self::Node,
+        key: &'static str,
+    ) -> Result<Option<Self::Node>, Self::Error>;
     /// An int, None for Python's None (an error for what is not an int).
-    fn int(&mut self, node: &Self::Node) -> PyResult<Option<i128>>;
+    fn int(&mut self, node: &Self::Node) -> Result<Option<i128>, Self::Error>;
     /// `str(node)`.
-    fn text(&mut self, node: &Self::Node) -> PyResult<String>;
-    fn truthy(&mut self, node: &Self::Node) -> PyResult<bool>;
+    fn text(&mut self, node: &Self::Node) -> Result<String, Self::Error>;
+    fn truthy(&mut self, node: &Self::Node) -> Result<bool, Self::Error>;
     /// The items of an iterable (None when it is not one).
-    fn items(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>>;
+    fn items(&mut self, node: &Self::Node) -> Result<Option<Vec<Self::Node>>, Self::Error>;
     /// The items of a list only (not a tuple, not a dict).
-    fn list_items(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>>;
+    fn list_items(&mut self, node: &Self::Node) -> Result<Option<Vec<Self::Node>>, Self::Error>;
     /// The values of a dict.
-    fn dict_values(&mut self, node: &Self::Node) -> PyResult<Option<Vec<Self::Node>>>;
+    fn dict_values(&mut self, node: &Self::Node) -> Result<Option<Vec<Self::Node>>, Self::Error>;
     /// The stack id of a `frames` value (`NONE` for what is not a list of frames).
-    fn stack(&mut self, frames: Option<Self::Node>) -> PyResult<u32>;
+    fn stack(&mut self, frames: Option<Self::Node>) -> Result<u32, Self::Error>;
 }
 
-fn int_at<D: Doc>(doc: &mut D, node: &D::Node, key: &'static str) -> PyResult<Option<i128>> {
+fn int_at<D: Doc>(
+    doc: &mut D,
+    node: &D::Node,
+    key: &'static str,
+) -> Result<Option<i128>, D::Error> {
     match doc.get(node, key)? {
         Some(value) => doc.int(&value),
         None => Ok(None),
     }
 }
 
-pub fn u64_at<D: Doc>(doc: &mut D, node: &D::Node, key: &'static str) -> PyResult<u64> {
+pub fn u64_at<D: Doc>(doc: &mut D, node: &D::Node, key: &'static str) -> Result<u64, D::Error> {
     Ok(int_at(doc, node, key)?
         .unwrap_or(0)
         .clamp(0, u64::MAX as i128) as u64)
 }
 
-fn segment<D: Doc>(doc: &mut D, seg: &D::Node) -> PyResult<(i32, Segment)> {
+fn segment<D: Doc>(doc: &mut D, seg: &D::Node) -> Result<(i32, Segment), D::Error> {
     if !doc.is_dict(seg) {
-        return Err(bad("a segment is not a dict"));
+        return Err(bad("a segment is not a dict").into());
     }
     let device = int_at(doc, seg, "device")?.unwrap_or(0) as i32;
     let address = u64_at(doc, seg, "address")?;
@@ -75,11 +76,11 @@ fn segment<D: Doc>(doc: &mut D, seg: &D::Node) -> PyResult<(i32, Segment)> {
     let mut at = address;
     if let Some(list) = doc.get(seg, "blocks")? {
         let Some(items) = doc.items(&list)? else {
-            return Err(bad("'blocks' is not a list"));
+            return Err(bad("'blocks' is not a list").into());
         };
         for b in items {
             if !doc.is_dict(&b) {
-                return Err(bad("a block is not a dict"));
+                return Err(bad("a block is not a dict").into());
             }
             let size = u64_at(doc, &b, "size")?;
             let requested = int_at(doc, &b, "requested_size")?.map_or(size, |v| v as u64);
@@ -118,11 +119,11 @@ fn segment<D: Doc>(doc: &mut D, seg: &D::Node) -> PyResult<(i32, Segment)> {
     ))
 }
 
-fn segments<D: Doc>(doc: &mut D, list: Option<D::Node>) -> PyResult<Vec<(i32, Segment)>> {
+fn segments<D: Doc>(doc: &mut D, list: Option<D::Node>) -> Result<Vec<(i32, Segment)>, D::Error> {
     let mut out = Vec::new();
     if let Some(list) = list {
         let Some(items) = doc.items(&list)? else {
-            return Err(bad("'segments' is not a list"));
+            return Err(bad("'segments' is not a list").into());
         };
         for item in items {
             out.push(segment(doc, &item)?);
@@ -145,7 +146,7 @@ struct Extra<N> {
     no_stack: u64,
 }
 
-fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
+fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> Result<Extra<D::Node>, D::Error> {
     let mut out = Extra {
         source: Source::Cuda,
         start_time: None,
@@ -161,7 +162,7 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
         return Ok(out);
     };
     if !doc.is_dict(&ours) {
-        return Err(bad("'memlab_rs' is not a dict"));
+        return Err(bad("'memlab_rs' is not a dict").into());
     }
     if let Some(source) = doc.get(&ours, "source")? {
         if doc.text(&source)? == "cpu" {
@@ -177,7 +178,7 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
     out.no_stack = u64_at(doc, &ours, "no_stack")?;
     if let Some(start) = doc.get(&ours, "start")? {
         if !doc.is_dict(&start) {
-            return Err(bad("'memlab_rs.start' is not a dict"));
+            return Err(bad("'memlab_rs.start' is not a dict").into());
         }
         out.start_time = int_at(doc, &start, "time_us")?.map(|t| t as i64);
         out.start_segments = doc.get(&start, "segments")?;
@@ -194,21 +195,21 @@ fn extra<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Extra<D::Node>> {
 
 /// `memlab_rs.start.names`: `[address, name]` pairs, the tensors alive when recording
 /// began (interned into the trace).
-fn start_names<D: Doc>(doc: &mut D, names: &D::Node) -> PyResult<()> {
+fn start_names<D: Doc>(doc: &mut D, names: &D::Node) -> Result<(), D::Error> {
     let pairs_err = || bad("'memlab_rs.start.names' holds [address, name] pairs");
     let Some(pairs) = doc.items(names)? else {
-        return Err(pairs_err());
+        return Err(pairs_err().into());
     };
     for pair in pairs {
         let Some(items) = doc.items(&pair).map_err(|_| pairs_err())? else {
-            return Err(pairs_err());
+            return Err(pairs_err().into());
         };
         let [address, name] = &items[..] else {
-            return Err(pairs_err());
+            return Err(pairs_err().into());
         };
         let address = match doc.int(address) {
             Ok(Some(n)) if (0..=u64::MAX as i128).contains(&n) => n as u64,
-            _ => return Err(pairs_err()),
+            _ => return Err(pairs_err().into()),
         };
         let name = doc.text(name)?;
         let id = doc.trace().string(&name);
@@ -217,7 +218,7 @@ fn start_names<D: Doc>(doc: &mut D, names: &D::Node) -> PyResult<()> {
     Ok(())
 }
 
-fn settings<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<()> {
+fn settings<D: Doc>(doc: &mut D, snapshot: &D::Node) -> Result<(), D::Error> {
     let Some(s) = doc.get(snapshot, "allocator_settings")? else {
         return Ok(());
     };
@@ -268,7 +269,7 @@ pub struct Parts {
 
 impl Parts {
     /// Read the settings, the end layout and our `memlab_rs` key of `snapshot` (a dict).
-    pub fn read<D: Doc>(doc: &mut D, snapshot: &D::Node) -> PyResult<Parts> {
+    pub fn read<D: Doc>(doc: &mut D, snapshot: &D::Node) -> Result<Parts, D::Error> {
         let extra = extra(doc, snapshot)?;
         doc.trace().source = extra.source;
         doc.trace().cwd = extra.cwd.clone();
@@ -283,12 +284,12 @@ impl Parts {
             (None, Some(live)) => {
                 let pairs_err = || bad("'memlab_rs.start.live' holds [address, bytes] pairs");
                 let Some(pairs) = doc.items(live)? else {
-                    return Err(pairs_err());
+                    return Err(pairs_err().into());
                 };
                 let mut segments = Vec::new();
                 for pair in pairs {
                     let Some(items) = doc.items(&pair).map_err(|_| pairs_err())? else {
-                        return Err(pairs_err());
+                        return Err(pairs_err().into());
                     };
                     let mut numbers = Vec::with_capacity(2);
                     for item in &items {
@@ -296,11 +297,11 @@ impl Parts {
                             Ok(Some(n)) if (0..=u64::MAX as i128).contains(&n) => {
                                 numbers.push(n as u64)
                             }
-                            _ => return Err(pairs_err()),
+                            _ => return Err(pairs_err().into()),
                         }
                     }
                     let [address, size] = numbers[..] else {
-                        return Err(pairs_err());
+                        return Err(pairs_err().into());
                     };
                     segments.push((0, cpu_segment(address, size)));
                 }

@@ -18,12 +18,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read};
 
-use pyo3::exceptions::{PyFileNotFoundError, PyMemoryError, PyNotImplementedError, PyValueError};
-use pyo3::prelude::*;
-
+use super::error::{bad, ReadError};
 use super::model::{Action, Event, Source, Trace, NONE};
-use super::parts::{bad, Doc, Parts};
+use super::parts::{Doc, Parts};
 use super::pickle_guard::{self, Refusal};
+
+type Result<T> = std::result::Result<T, ReadError>;
 
 /// One value of the pickle machine: 16 bytes. Containers live in `Stream::slab`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -112,8 +112,8 @@ const ID_MASK: u32 = (1 << ID_BITS) - 1;
 /// Not yet computed, in the per-string caches.
 const UNSET: u32 = u32::MAX - 1;
 
-fn unsupported(what: String) -> PyErr {
-    PyNotImplementedError::new_err(format!(
+fn unsupported(what: String) -> ReadError {
+    ReadError::Unsupported(format!(
         "the streaming snapshot reader does not support {what}"
     ))
 }
@@ -225,7 +225,7 @@ impl Stream {
 
     /// Container `h` has become `record`: its memo slot says so, and its handles read as
     /// the record until the last one goes (`drop_handle`).
-    fn retire(&mut self, h: u32, record: Value) -> PyResult<()> {
+    fn retire(&mut self, h: u32, record: Value) -> Result<()> {
         let (memo, copies) = match &self.slab[h as usize] {
             Slot::List(l) => (l.memo, l.copies),
             Slot::Dict(d) => (d.memo, d.copies),
@@ -240,7 +240,7 @@ impl Stream {
 
     /// A memo slot: a 3-bit kind and a 29-bit id (the id of a string, container, frame or
     /// stack, or an index into `memo_other`).
-    fn pack(&mut self, v: Value) -> PyResult<u32> {
+    fn pack(&mut self, v: Value) -> Result<u32> {
         let (kind, id) = match v {
             Value::Missing => return Ok(0),
             Value::Gone => return Ok(1 << ID_BITS),
@@ -292,7 +292,7 @@ impl Stream {
             .map(|(_, v)| *v)
     }
 
-    fn int_of(&self, v: Value) -> PyResult<Option<i128>> {
+    fn int_of(&self, v: Value) -> Result<Option<i128>> {
         match v {
             Value::None => Ok(None),
             Value::Bool(b) => Ok(Some(b as i128)),
@@ -302,7 +302,7 @@ impl Stream {
         }
     }
 
-    fn text_of(&self, v: Value) -> PyResult<String> {
+    fn text_of(&self, v: Value) -> Result<String> {
         match v {
             Value::Str(id) => Ok(self.names[id as usize].to_string()),
             Value::Int(i) => Ok(i.to_string()),
@@ -314,7 +314,7 @@ impl Stream {
         }
     }
 
-    fn action(&mut self, v: Value) -> PyResult<Action> {
+    fn action(&mut self, v: Value) -> Result<Action> {
         if let Value::Str(id) = v {
             if let Some(action) = self.actions[id as usize] {
                 return Ok(action);
@@ -326,7 +326,7 @@ impl Stream {
         Ok(Action::parse(&self.text_of(v)?))
     }
 
-    fn tag(&mut self, v: Option<Value>) -> PyResult<u32> {
+    fn tag(&mut self, v: Option<Value>) -> Result<u32> {
         let v = match v {
             None | Some(Value::None) => return Ok(NONE),
             Some(v) => v,
@@ -352,7 +352,7 @@ impl Stream {
     }
 
     /// The frame id of frame dict `h` (missing fields as the dict reader reads them).
-    fn frame(&mut self, h: u32) -> PyResult<u32> {
+    fn frame(&mut self, h: u32) -> Result<u32> {
         let Slot::Dict(d) = &self.slab[h as usize] else {
             return Err(bad("a frame is not a dict"));
         };
@@ -379,7 +379,7 @@ impl Stream {
     }
 
     /// The stack id of a `frames` value, turning a list of frames into its stack.
-    fn stack_of(&mut self, frames: Option<Value>) -> PyResult<u32> {
+    fn stack_of(&mut self, frames: Option<Value>) -> Result<u32> {
         let Some(v) = frames else { return Ok(NONE) };
         let h = match self.resolve(v) {
             Value::Stack(id) => return Ok(id),
@@ -416,7 +416,7 @@ impl Stream {
     }
 
     /// Trace entry `h` as an event (its frames list becomes a stack on the way).
-    fn event(&mut self, h: u32) -> PyResult<Event> {
+    fn event(&mut self, h: u32) -> Result<Event> {
         let Slot::Dict(d) = &mut self.slab[h as usize] else {
             return Err(bad("a trace entry is not a dict"));
         };
@@ -424,7 +424,7 @@ impl Stream {
         let get = |key| Self::find(&items, key);
         let action = self.action(get(K_ACTION).unwrap_or(Value::None))?;
         let tag = self.tag(get(K_USER_METADATA))?;
-        let u64_field = |s: &Self, key| -> PyResult<u64> {
+        let u64_field = |s: &Self, key| -> Result<u64> {
             Ok(get(key)
                 .map(|v| s.int_of(v))
                 .transpose()?
@@ -459,7 +459,7 @@ impl Stream {
     }
 
     /// `v` is taken by a dict or a tuple (or is the whole pickle).
-    fn settle_value(&mut self, v: Value) -> PyResult<Value> {
+    fn settle_value(&mut self, v: Value) -> Result<Value> {
         match self.settle(v, false)? {
             Settled::Value(v) => Ok(v),
             Settled::Event(_) => Err(bad("a trace entry outside a list")),
@@ -467,7 +467,7 @@ impl Stream {
     }
 
     /// `v` is taken by its parent (into a list when `in_list`): records are made now.
-    fn settle(&mut self, v: Value, in_list: bool) -> PyResult<Settled> {
+    fn settle(&mut self, v: Value, in_list: bool) -> Result<Settled> {
         let Value::Obj(h) = v else {
             return Ok(Settled::Value(v));
         };
@@ -523,15 +523,15 @@ struct Machine {
 }
 
 impl Machine {
-    fn fail(&self, what: &str) -> PyErr {
-        PyValueError::new_err(format!(
+    fn fail(&self, what: &str) -> ReadError {
+        ReadError::Invalid(format!(
             "{:?} is not a snapshot pickle ({what}); write one with \
              torch.cuda.memory._dump_snapshot(path)",
             self.path
         ))
     }
 
-    fn eof(&self, got: u64) -> PyErr {
+    fn eof(&self, got: u64) -> ReadError {
         let at = self.offset + got;
         if at == 0 {
             self.fail("the file is empty")
@@ -542,7 +542,7 @@ impl Machine {
         }
     }
 
-    fn read(&mut self, n: usize) -> PyResult<&[u8]> {
+    fn read(&mut self, n: usize) -> Result<&[u8]> {
         self.buf.clear();
         if n <= 1 << 16 {
             self.buf.resize(n, 0);
@@ -566,7 +566,7 @@ impl Machine {
         Ok(&self.buf)
     }
 
-    fn byte(&mut self) -> PyResult<u8> {
+    fn byte(&mut self) -> Result<u8> {
         let mut one = [0u8; 1];
         match self.input.read_exact(&mut one) {
             Ok(()) => {
@@ -578,7 +578,7 @@ impl Machine {
         }
     }
 
-    fn le<const N: usize>(&mut self) -> PyResult<[u8; N]> {
+    fn le<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut out = [0u8; N];
         match self.input.read_exact(&mut out) {
             Ok(()) => {
@@ -590,17 +590,17 @@ impl Machine {
         }
     }
 
-    fn len(&mut self, n: u64) -> PyResult<usize> {
+    fn len(&mut self, n: u64) -> Result<usize> {
         usize::try_from(n).map_err(|_| self.fail("a length beyond this machine's memory"))
     }
 }
 
 /// Read the snapshot pickle at `path` into a `Trace`. The file passes `pickle_guard` first:
 /// nothing in it constructs objects, and the work below is linear in its size.
-pub fn from_pickle(path: &str) -> PyResult<Trace> {
+pub fn from_pickle(path: &str) -> Result<Trace> {
     let checked = pickle_guard::check_file(path).map_err(|refusal| match refusal {
-        Refusal::Missing => PyFileNotFoundError::new_err(format!("no snapshot file at {path:?}")),
-        refusal => PyValueError::new_err(refusal.message(path)),
+        Refusal::Missing => ReadError::Missing(format!("no snapshot file at {path:?}")),
+        refusal => ReadError::Invalid(refusal.message(path)),
     })?;
     if checked.protocol < 2 {
         // Protocols 0 and 1 (text opcodes): checked, and read by the plain-data unpickler.
@@ -608,8 +608,13 @@ pub fn from_pickle(path: &str) -> PyResult<Trace> {
             "pickles without a PROTO opcode (protocols 0 and 1)".into(),
         ));
     }
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
+    // The guard has just read the file: failing now is a race with whoever changed it.
+    let io = |e: std::io::Error| match e.kind() {
+        ErrorKind::NotFound => ReadError::Missing(format!("no snapshot file at {path:?}")),
+        _ => ReadError::Invalid(format!("{path:?} could not be read: {e}")),
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
     let mut m = Machine {
         input: BufReader::with_capacity(1 << 20, file),
         offset: 0,
@@ -633,7 +638,7 @@ pub fn from_pickle(path: &str) -> PyResult<Trace> {
     finish(s, root)
 }
 
-fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
+fn run(m: &mut Machine, s: &mut Stream) -> Result<Value> {
     let underflow = |m: &Machine| m.fail(&format!("its stack runs empty at byte {}", m.offset));
     loop {
         let at = m.offset;
@@ -806,9 +811,9 @@ fn run(m: &mut Machine, s: &mut Stream) -> PyResult<Value> {
                     if index as u64 >= m.len {
                         return Err(m.fail(&format!("memo index {index} at byte {at}")));
                     }
-                    s.memo
-                        .try_reserve(index + 1 - s.memo.len())
-                        .map_err(|_| PyMemoryError::new_err("no memory for the pickle's memo"))?;
+                    s.memo.try_reserve(index + 1 - s.memo.len()).map_err(|_| {
+                        ReadError::NoMemory("no memory for the pickle's memo".into())
+                    })?;
                     s.memo.resize(index + 1, 0);
                 }
                 if let Value::Obj(h) = top {
@@ -883,6 +888,7 @@ fn long(bytes: &[u8]) -> Value {
 
 impl Doc for Stream {
     type Node = Value;
+    type Error = ReadError;
 
     fn trace(&mut self) -> &mut Trace {
         &mut self.trace
@@ -896,7 +902,7 @@ impl Doc for Stream {
         self.dict(*node).is_some()
     }
 
-    fn get(&mut self, node: &Value, key: &'static str) -> PyResult<Option<Value>> {
+    fn get(&mut self, node: &Value, key: &'static str) -> Result<Option<Value>> {
         let Some(&id) = self.name_ids.get(key) else {
             return Ok(None);
         };
@@ -904,15 +910,15 @@ impl Doc for Stream {
         Ok(found.map(|v| self.resolve(v)))
     }
 
-    fn int(&mut self, node: &Value) -> PyResult<Option<i128>> {
+    fn int(&mut self, node: &Value) -> Result<Option<i128>> {
         self.int_of(*node)
     }
 
-    fn text(&mut self, node: &Value) -> PyResult<String> {
+    fn text(&mut self, node: &Value) -> Result<String> {
         self.text_of(*node)
     }
 
-    fn truthy(&mut self, node: &Value) -> PyResult<bool> {
+    fn truthy(&mut self, node: &Value) -> Result<bool> {
         Ok(match *node {
             Value::None => false,
             Value::Bool(b) => b,
@@ -932,7 +938,7 @@ impl Doc for Stream {
         })
     }
 
-    fn items(&mut self, node: &Value) -> PyResult<Option<Vec<Value>>> {
+    fn items(&mut self, node: &Value) -> Result<Option<Vec<Value>>> {
         let Value::Obj(h) = *node else {
             return Ok(None);
         };
@@ -947,7 +953,7 @@ impl Doc for Stream {
         Ok(Some(items.into_iter().map(|v| self.resolve(v)).collect()))
     }
 
-    fn list_items(&mut self, node: &Value) -> PyResult<Option<Vec<Value>>> {
+    fn list_items(&mut self, node: &Value) -> Result<Option<Vec<Value>>> {
         match *node {
             Value::Obj(h) if matches!(&self.slab[h as usize], Slot::List(l) if !l.tuple) => {
                 self.items(node)
@@ -956,14 +962,14 @@ impl Doc for Stream {
         }
     }
 
-    fn dict_values(&mut self, node: &Value) -> PyResult<Option<Vec<Value>>> {
+    fn dict_values(&mut self, node: &Value) -> Result<Option<Vec<Value>>> {
         let values = self
             .dict(*node)
             .map(|d| d.items.iter().map(|(_, v)| *v).collect::<Vec<_>>());
         Ok(values.map(|vs| vs.into_iter().map(|v| self.resolve(v)).collect()))
     }
 
-    fn stack(&mut self, frames: Option<Value>) -> PyResult<u32> {
+    fn stack(&mut self, frames: Option<Value>) -> Result<u32> {
         match frames {
             Some(Value::None) | None => Ok(NONE),
             Some(v) => self.stack_of(Some(v)),
@@ -972,7 +978,7 @@ impl Doc for Stream {
 }
 
 /// The trace from the machine's result: the parts, then each device's events.
-fn finish(mut s: Stream, root: Value) -> PyResult<Trace> {
+fn finish(mut s: Stream, root: Value) -> Result<Trace> {
     if !s.is_dict(&root) {
         return Err(bad("it is not a dict"));
     }

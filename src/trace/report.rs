@@ -6,7 +6,8 @@ use super::group::{by_location, by_module, module_groups, Locator, ModuleGroups,
 use super::model::{Source, Trace};
 use super::paths::Paths;
 use super::peak::{peak, running_total, Peak};
-use super::timeline::{timeline, Timeline};
+use super::result::{About, Device, Summary, TimelineView};
+use super::timeline::timeline;
 
 pub struct DeviceReport {
     pub device: i32,
@@ -52,8 +53,44 @@ impl Report {
         self.devices.iter().find(|d| d.device == device)
     }
 
-    /// The timeline of one device, with the `top` biggest locations at the peak as layers.
-    pub fn timeline(&self, device: &DeviceReport, top: usize, max_points: usize) -> Timeline {
+    /// Where the recording was, and its devices with recorded allocations.
+    pub fn about(&self) -> About {
+        About {
+            source: self.trace.source,
+            devices: self
+                .devices
+                .iter()
+                .map(|d| Device {
+                    index: d.device,
+                    name: self.device_name(d.device),
+                })
+                .collect(),
+        }
+    }
+
+    /// The peak figures of one device.
+    pub fn summary(&self, device: &DeviceReport) -> Summary {
+        let events = self
+            .trace
+            .devices
+            .iter()
+            .find(|t| t.device == device.device)
+            .map_or(0, |t| t.events.len());
+        Summary {
+            max_mem: device.peak.max_bytes,
+            total_allocated: device.peak.total_allocated,
+            start_allocated: device.peak.start_bytes,
+            end_allocated: device.peak.end_bytes,
+            peak_time_us: device.peak.peak_time_us,
+            peak_event: device.peak.peak_event,
+            live_at_peak: device.peak.live.len(),
+            events,
+        }
+    }
+
+    /// The timeline of one device, with the `top` biggest locations at the peak as layers,
+    /// as the renderers draw it: titled with the device, with its notices.
+    pub fn timeline(&self, device: &DeviceReport, top: usize, max_points: usize) -> TimelineView {
         let keys: Vec<String> = device
             .rows
             .iter()
@@ -66,7 +103,7 @@ impl Report {
             .iter()
             .find(|d| d.device == device.device)
             .expect("a device report comes from a device trace");
-        timeline(
+        let t = timeline(
             trace_device,
             &device.sizes,
             &device.totals,
@@ -74,7 +111,16 @@ impl Report {
             &keys,
             &self.locations,
             max_points,
-        )
+        );
+        TimelineView {
+            title: self.device_name(device.device),
+            time_us: t.time_us,
+            total: t.total,
+            layers: t.layers,
+            peak_index: t.peak_index,
+            peak_bytes: t.peak_bytes,
+            notices: self.notices(device),
+        }
     }
 }
 

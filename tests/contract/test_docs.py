@@ -99,7 +99,7 @@ def test_stats_reader_documents_the_cpu_readers_it_reports(monkeypatch):
     "dispatch mode" where the hook cannot be used. The reference is generated from this
     docstring (test_api_reference_is_up_to_date)."""
     import memlab_rs
-    from memlab_rs import _cpu_source
+    from memlab_rs._sources import cpu_source as _cpu_source
 
     seen = set()
     with memlab_rs.LineProfiler(device="cpu") as profiler:

@@ -106,8 +106,10 @@ def test_every_way_in_gives_the_public_names_in_a_fresh_interpreter():
         assert all(getattr(memlab_rs, n) is v for n, v in names.items())
         import memlab_rs as pytorch_memlab
         assert pytorch_memlab.LineProfiler is memlab_rs.line_profiler.LineProfiler
-        assert pytorch_memlab.MemReporter is memlab_rs.reporter.MemReporter
-        assert memlab_rs.trace.Tracer.__module__ == "memlab_rs.trace"
+        assert pytorch_memlab.MemReporter is memlab_rs.tensor_report.MemReporter
+        assert pytorch_memlab.MemReporter is memlab_rs.mem_reporter.MemReporter
+        assert memlab_rs.trace.__name__ == "memlab_rs.trace"  # the trace room's front
+        assert memlab_rs.trace.Tracer.__module__ == "memlab_rs.trace.tracer"
         assert memlab_rs.load is memlab_rs.results.load
         assert memlab_rs.readable_size(4194304) == "4.00M"
         print("ok")

@@ -26,7 +26,8 @@ from torch import nn
 import memlab_rs
 from memlab_rs import _module_hooks, trace
 
-# The module, not the function ``memlab_rs.profile``; the lazy front imports it on first use.
+# the module (memlab_rs.profile is the function), imported here: the lazy front imports it
+# only when a name of it is first used
 PROFILE_MODULE = importlib.import_module("memlab_rs.profile")
 
 

@@ -127,7 +127,7 @@ def test_auto_reuses_measured_figures_on_gpt2():
 def test_intermediate_gradients_on_cuda_are_the_cpu_runs():
     # The same NeuMF step on both devices: the gradients the backward passes between its
     # nodes have the same storages' bytes, and autograd's device thread runs the hooks.
-    from test_monitor_gradients import NeuMF
+    from neumf import NeuMF
 
     figures = {}
     for device in ("cpu", "cuda:0"):

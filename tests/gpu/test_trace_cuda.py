@@ -1,13 +1,16 @@
 """memlab_rs.trace on CUDA: Max mem equals torch's max_memory_allocated over the region,
 the rows add up to it, the rows and tags name GPT-2's attention and MLP, and the user's own
-history setting survives."""
+history setting survives; files are shown short, what was alive at the start is named by
+tensor, every module view agrees, and Untrackable is what the driver counts beyond the peak."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 import torch
+from trace_views import assert_views_agree, nbytes
 
 from memlab_rs import LineProfiler, trace
 
@@ -90,7 +93,7 @@ def test_a_users_history_setting_is_kept_and_their_history_too():
 
 
 def test_a_start_that_fails_turns_the_history_back_off():
-    from memlab_rs._trace_tags import ModuleTagger
+    from memlab_rs.trace.tags import ModuleTagger
 
     assert not history_on()
     with ModuleTagger():  # another tagger is installed: the tracer's cannot be
@@ -199,3 +202,93 @@ def test_saved_trace_loads_the_same_on_another_machine(tmp_path):
     tr.result.save(path)
     assert trace.load(path).text() == tr.result.text()
     del x, y
+
+
+# -- files shown short; what was alive at the start named; every module view agreeing --------
+
+
+def cuda_step():
+    return torch.empty(1 << 20, device="cuda")  # 4 MiB, alive at the peak
+
+
+def test_a_cuda_recording_saves_its_working_directory_and_shows_files_short():
+    import inspect
+
+    with trace.Tracer(device="cuda:0") as tr:
+        out = cuda_step()
+    assert tr.result.snapshot["memlab_rs"]["cwd"] == os.getcwd()
+    line = inspect.getsourcelines(cuda_step)[1] + 1
+    relative = os.path.relpath(__file__)
+    shown = __file__ if relative.startswith("..") else relative
+    rows = {r.location: r.bytes for r in tr.result.rows("cuda:0")}
+    assert rows[f"{shown}:{line} (cuda_step)"] == 4 << 20
+    full = trace.load(tr.result.snapshot, paths="full")
+    assert {r.location: r.bytes for r in full.rows(0)}[f"{__file__}:{line} (cuda_step)"] == 4 << 20
+    del out
+
+
+def test_cuda_start_is_named_by_tensor():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(256, 1024, device="cuda")
+
+    def train_step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    train_step()
+    torch.cuda.synchronize()
+    with trace.Tracer(device="cuda:0", model=model) as tr:
+        train_step()
+        torch.cuda.synchronize()
+    rows = {r.location: r.bytes for r in tr.result.module_rows("cuda:0")}
+    w = model[0].weight
+    # The allocator's block of a 4 MiB tensor is exactly 4 MiB.
+    assert rows["untraced:0.weight"] == nbytes(w) == 4 << 20
+    assert rows["untraced:AdamW.0.weight.exp_avg"] == 4 << 20
+    assert rows["untraced:AdamW.0.weight.exp_avg_sq"] == 4 << 20
+    # AdamW's step counters are CPU tensors: not on this device, not named here.
+    assert not any(k.endswith(".step") for k in rows)
+    assert_views_agree(tr.result, "cuda:0")
+
+
+def test_cuda_untrackable_is_what_the_driver_counts_beyond_the_peak():
+    from memlab_rs import _core
+
+    x = torch.ones(1 << 20, device="cuda")
+    with trace.Tracer(device="cuda:0") as tr:
+        y = x * 2
+        torch.cuda.synchronize()
+    before = _core.driver_device_memory(0)[0]
+    groups = dict(tr.result.keywords({"all": ["untraced"]}))
+    after = _core.driver_device_memory(0)[0]
+    assert groups["Untrackable"] >= 0
+    assert min(before, after) <= sum(groups.values()) <= max(before, after)
+    del x, y
+
+
+def test_a_cuda_step_with_module_tags_every_view_agrees():
+    """On CUDA the backward runs on autograd's device thread, which has no Python stack:
+    its untagged allocations are (untagged), and the log lists exactly those."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)
+    ).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(512, 256, device="cuda")
+
+    def train_step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    train_step()
+    torch.cuda.synchronize()
+    with trace.Tracer(device="cuda:0", model=model, tag_modules=True) as tr:
+        train_step()
+        torch.cuda.synchronize()
+    keys = [r.location for r in tr.result.module_rows("cuda:0")]
+    assert "untraced:0.weight" in keys and "untraced:Adam.0.weight.exp_avg" in keys
+    assert_views_agree(tr.result, "cuda:0")

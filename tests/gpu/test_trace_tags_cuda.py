@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from memlab_rs._trace_tags import ModuleTagger
+from memlab_rs.trace.tags import ModuleTagger
 
 pytestmark = [
     pytest.mark.cuda,

@@ -85,7 +85,8 @@ def second_rank(kind: str) -> Any:
     if kind == "line_profile":
         return _line_profile(128, 1)
     report = samples()["tensor_report"]
-    return memlab_rs.MemoryReport(report._table, meta={**report.meta, "rank": 1, "world_size": 2})
+    meta = {**report.meta, "rank": 1, "world_size": 2}
+    return memlab_rs.MemoryReport(report.to_data(), meta=meta)
 
 
 def use(result: Any) -> None:

@@ -8,21 +8,20 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex, final
 
-import numpy as np
-
 from . import courtesy as courtesy
 from . import estimate as estimate
+from . import merged_tensor_report as merged_tensor_report
 from . import monitor as monitor
+from . import tensor_report as tensor_report
 from . import test_memory as test_memory
+from . import trace as trace
+from . import tracker as tracker
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
     "LineCollector",
     "LineReportView",
-    "ReportTable",
     "ThreadTracer",
-    "TraceAnalysis",
-    "TrackerCore",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -61,20 +60,19 @@ __all__ = [
     "_set_cpu_glue",
     "_set_cpu_tracking",
     "_trace_new_thread",
-    "_trace_timeline_html",
-    "_tracker_html",
     "check_result_json",
-    "check_snapshot_pickle",
-    "collect_report",
     "driver_available",
     "driver_device_memory",
-    "parse_size",
-    "readable_size",
     "courtesy",
     "estimate",
+    "merged_tensor_report",
     "monitor",
+    "parse_size",
+    "readable_size",
+    "tensor_report",
     "test_memory",
-    "render_tracker_block",
+    "trace",
+    "tracker",
     "tracked_tensors",
 ]
 __version__: str
@@ -96,10 +94,6 @@ def driver_available() -> bool:
 def driver_device_memory(ordinal: int) -> tuple[int, int] | None:
     """(used, total) bytes on a device by all processes, or None; never creates a context."""
 
-# reporter/
-def collect_report(named: Sequence[tuple[Any, str]], pre_collect: bool = ...) -> ReportTable:
-    """Walk gc and build a report of every tensor Python can reach."""
-
 # gc_walk/
 def tracked_tensors(
     held: Sequence[Any] = ..., resume: bool = ...
@@ -116,66 +110,6 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
 
 def _gc_watch_state() -> tuple[int, int, bool]:
     """(collections under way, gen-0 and older collections seen since the last walk)."""
-
-@final
-class TrackerCore:
-    """The tensor diff tracker's state: the groups of the last call, no tensor."""
-
-    def __init__(self, device: str) -> None: ...
-    def track(self, named: Sequence[tuple[Any, str]]) -> dict[str, Any]: ...
-    def reset(self) -> None: ...
-
-def render_tracker_block(
-    rows: Sequence[dict[str, Any]],
-    detail: bool,
-    place: str,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    stamp: str | None = ...,
-) -> str:
-    """One track()'s log text in the original's layout (header first when ``stamp``)."""
-
-def _tracker_html(
-    rows: Sequence[dict[str, Any]],
-    place: str,
-    tensor_storage_bytes: int,
-    tensor_bytes: int,
-    allocated_bytes: int,
-    incomplete: str | None = ...,
-) -> str:
-    """One track() as an HTML table: every row (storage and allocator bytes), the place, the
-    totals, the note."""
-
-@final
-class ReportTable:
-    @property
-    def walk_strategy(self) -> str: ...
-    @property
-    def walk_stats(self) -> dict[str, Any]: ...
-    @property
-    def incomplete(self) -> str | None: ...
-    def with_cuda(
-        self,
-        device: str,
-        allocated: int,
-        requested: int | None = None,
-        reserved: int | None = None,
-    ) -> ReportTable: ...
-    def view(
-        self,
-        devices: Sequence[str] | None = None,
-        sort_by: str | None = None,
-        top: int | None = None,
-    ) -> ReportTable: ...
-    def devices(self) -> list[str]: ...
-    def text(self, verbose: bool = False) -> str: ...
-    def html(self) -> str: ...
-    def json(self) -> str: ...
-    def sections(self) -> list[dict[str, Any]]: ...
-    def columns(self) -> dict[str, list[Any] | np.ndarray]: ...
-    def data(self) -> dict[str, Any]: ...
-    @staticmethod
-    def from_data(data: dict[str, Any]) -> ReportTable: ...
 
 # line_profiler/
 @final
@@ -204,44 +138,6 @@ class LineCollector:
         sources: Sequence[tuple[int, list[str]] | None],
         extra: dict[str, list[dict[int, int]]] | None = None,
     ) -> LineReportView: ...
-
-@final
-class TraceAnalysis:
-    def __init__(
-        self,
-        snapshot: dict[str, Any],
-        exclude: list[str],
-        full_paths: bool = False,
-        cwd: str | None = None,
-    ) -> None: ...
-    @staticmethod
-    def from_pickle(
-        path: str, exclude: list[str], full_paths: bool = False, cwd: str | None = None
-    ) -> TraceAnalysis: ...
-    @property
-    def source(self) -> str: ...
-    @property
-    def devices(self) -> list[int]: ...
-    def device_name(self, device: int) -> str: ...
-    def notices(self, device: int) -> list[str]: ...
-    def summary(self, device: int) -> dict[str, int]: ...
-    def rows(self, device: int) -> list[tuple[str, int, int, int, int]]: ...
-    def module_rows(self, device: int) -> list[tuple[str, int, int, int, int]]: ...
-    def keywords(
-        self,
-        device: int,
-        groups: list[tuple[str, list[str]]],
-        expected: int | None = None,
-        by_module: bool = True,
-    ) -> list[tuple[str, int]]: ...
-    def line_peak_live(self, device: int) -> dict[tuple[str, int], int]: ...
-    def text(self) -> str: ...
-    def module_text(self) -> str: ...
-    def json(self) -> str: ...
-    def html(self) -> str: ...
-    def tag_csv(self, device: int) -> str: ...
-    def untagged_log(self, device: int) -> str: ...
-    def timeline(self, device: int, top: int = 8, max_points: int = 2000) -> dict[str, Any]: ...
 
 @final
 class LineReportView:
@@ -354,15 +250,6 @@ def check_result_json(text: bytes) -> None:
     """Check a result file's JSON text (UTF-8 bytes) before parsing it: a ValueError saying
     what no result holds (nesting past 64 levels, a number of more than 32 characters, NaN,
     Infinity, an infinite float) and at which byte."""
-
-# render/trace_timeline.rs
-def check_snapshot_pickle(path: str) -> tuple[int, int]:
-    """Check a pickle before anything reads it: plain data only, every table bounded by the
-    file's size. (protocol, values a full walk visits); ValueError says why not."""
-
-def _trace_timeline_html(view: dict[str, Any]) -> str:
-    """The timeline of a trace as one self-contained HTML page, from a dict with the keys
-    of ``report.timeline(device)``."""
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).

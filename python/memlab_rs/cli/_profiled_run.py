@@ -115,7 +115,7 @@ def _tensor_report(namespace: dict[str, Any], device: str | None) -> Any:
     tensors (``model.fc.weight``, ``extra``) and its optimizers' state."""
     import torch
 
-    from ..reporter import MemReporter
+    from ..tensor_report import MemReporter
 
     holder = torch.nn.Module()
     optimizers = []

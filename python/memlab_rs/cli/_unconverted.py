@@ -16,10 +16,6 @@ from typing import Any
 _METHODS: dict[str, dict[str, str]] = {
     "line_profile": {"text": "text", "html": "html", "csv": "to_csv"},
     "merged_line_profile": {"text": "text", "html": "html", "csv": "to_csv"},
-    "tensor_report": {"text": "text", "html": "html"},
-    "merged_tensor_report": {"text": "text", "html": "html", "csv": "to_csv"},
-    "trace": {"text": "text", "html": "_repr_html_", "csv": "to_csv"},
-    "tracker": {"text": "text", "html": "html"},
 }
 
 

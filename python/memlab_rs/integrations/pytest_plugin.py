@@ -45,7 +45,7 @@ import torch
 from .. import _core, results
 from .._torch import cuda_index_exists, device_key
 from ..test_memory import PytestMemoryResult
-from ..trace import Tracer  # (and through it _cpu_source, the CPU source's glue)
+from ..trace import Tracer  # (and through it _sources.cpu_source, the CPU source's glue)
 
 MARKERS = ("limit_memory", "limit_cuda_memory")
 #: Rows alive at the peak shown in a limit failure.

@@ -34,9 +34,12 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
   ``feature_maps="every"`` keeps the hooks on throughout.
 - Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
-  on every node of its graph (``_core.monitor.GradientLog``, ``src/monitor/gradients.rs``) and
-  its end takes them off: a node's hook logs the gradients it received and returned, weakly,
-  and samples which are alive; those that go to a leaf's ``AccumulateGrad`` are left out.
+  on every node of its graph (``_core.monitor.GradientLog``, ``src/monitor/py/gradients.rs``)
+  and its end takes them off: a node's hook samples the gradients it received and returned
+  and those waiting in later nodes' input buffers (known from the graph's edges, each
+  storage by its base address; no storage object is made, which would stop torch summing
+  gradients in place and change what a measured iteration allocates); those that go to a
+  leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
   (``_core.monitor.Tensors``, ``src/monitor/py/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
@@ -58,12 +61,7 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from .. import (
-    _core,
-    _cpu_source,  # noqa: F401  (the CPU source's torch glue, needed by Source("cpu"))
-    _module_hooks,
-    results,
-)
+from .. import _core, _module_hooks, results
 from . import _backward_calls, _hook_stack, _model
 from .result import MonitorResult, dataframe, rendered
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import _args
 from .._categories import CATEGORIES
-from ..results.atomic import atomic_open
+from ..results.atomic import save_figure
 
 
 def dataframe(rows: list[dict[str, Any]]) -> Any:
@@ -46,13 +46,6 @@ def plot_png(rows: list[dict[str, Any]], device: str, path: str | os.PathLike[st
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        # Whole or not at all: a failed write leaves the file that was there.
-        name = os.fspath(path)
-        extension = os.path.splitext(name)[1][1:].lower()
-        if not extension:  # as savefig names it: matplotlib's default format
-            extension = matplotlib.rcParams["savefig.format"]
-            name = f"{name}.{extension}"
-        with atomic_open(name, binary=True) as f:
-            fig.savefig(f, format=extension)
+        save_figure(fig, path)  # whole or not at all
     finally:
         plt.close(fig)

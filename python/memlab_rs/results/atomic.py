@@ -89,6 +89,22 @@ def write_text(path: str | os.PathLike[str], text: str, newline: str | None = No
         f.write(text)
 
 
+def save_figure(fig: Any, path: Any, dpi: Any = "figure") -> None:
+    """``fig.savefig(path)``, whole or not at all: the format is the extension's, and a name
+    without one gets matplotlib's default (``.png``), as savefig names it. (Here, below the
+    rooms, since every room that draws a matplotlib figure saves it so: the trace's plots,
+    the monitor's.)"""
+    import matplotlib
+
+    name = os.fspath(path)
+    extension = os.path.splitext(name)[1][1:].lower()
+    if not extension:
+        extension = matplotlib.rcParams["savefig.format"]
+        name = f"{name}.{extension}"
+    with atomic_open(name, binary=True) as f:
+        fig.savefig(f, dpi=dpi, format=extension)
+
+
 def _opened(fd: int, binary: bool, newline: str | None) -> IO[Any]:
     if binary:
         return os.fdopen(fd, "wb")

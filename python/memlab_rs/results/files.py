@@ -281,7 +281,7 @@ def _import_kinds() -> None:
 #: ``importlib`` finds them).
 _KIND_MODULES = (
     "line_result",
-    "reporter",
+    "tensor_report",
     "tracker",
     "estimation",
     "monitor",

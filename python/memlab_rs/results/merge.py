@@ -20,7 +20,8 @@ from . import files
 from .gloo import gather_bytes
 
 if TYPE_CHECKING:  # the kinds' merges return them; the rooms register them at import
-    from ..merge import MergedLineProfile, MergedTensorReport
+    from ..merge import MergedLineProfile
+    from ..tensor_report import MergedTensorReport
 
 Value = Any  # an int, None where a rank has no value
 

@@ -76,7 +76,7 @@
 //!
 //! # The fallback
 //! Where the hook is impossible, or with `MEMLAB_RS_CPU_SOURCE=dispatch`, the dispatch-mode
-//! source of `memlab_rs._cpu_dispatch` feeds the same counters. It sees operator outputs on
+//! source of `memlab_rs._sources.cpu_dispatch` feeds the same counters. It sees operator outputs on
 //! the threads running profiled code only: it misses `out=`, `resize_`, deserialised
 //! tensors, other threads' allocations and temporaries inside operators, and every report
 //! made with it says so.
@@ -107,13 +107,16 @@ pub enum Mode {
 }
 
 /// The Python side: torch's CPU allocator library, a probe, the live storages, and the
-/// fallback's reset (registered by `memlab_rs._cpu_source`).
+/// fallback's reset (registered by `memlab_rs._sources.cpu_source`).
 struct Glue {
     library: Option<String>,
     probe: Py<PyAny>,
     baseline: Py<PyAny>,
     forget: Py<PyAny>,
 }
+
+/// The Python module that hands the CPU source its torch glue when imported.
+const GLUE_MODULE: &str = "memlab_rs._sources.cpu_source";
 
 static GLUE: OnceLock<Glue> = OnceLock::new();
 
@@ -260,7 +263,7 @@ fn ours(name: &str) -> usize {
     }
 }
 
-/// Register the Python side (once, by `memlab_rs._cpu_source`).
+/// Register the Python side (once, by `memlab_rs._sources.cpu_source`).
 pub fn set_glue(library: Option<String>, probe: Py<PyAny>, baseline: Py<PyAny>, forget: Py<PyAny>) {
     let _ = GLUE.set(Glue {
         library,
@@ -281,10 +284,15 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
             return Ok(mode);
         }
     }
+    // The glue registers itself when its module is imported; `import memlab_rs` is lazy, so
+    // the first reader (a monitor, a report) may come before any module that imports it.
+    if GLUE.get().is_none() {
+        py.import(GLUE_MODULE)?;
+    }
     let glue = GLUE.get().ok_or_else(|| {
-        pyo3::exceptions::PyRuntimeError::new_err(
-            "memlab_rs._cpu_source was not imported: the CPU source has no torch glue",
-        )
+        pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "{GLUE_MODULE} was imported but gave the CPU source no torch glue"
+        ))
     })?;
     // An earlier session's Python side goes before anything counts: the fallback's live
     // table and both kinds of weak references (see "Sessions" above).

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::tensor_report::records::DeviceSection;
+use crate::tensor_report::result::TensorReport;
 use crate::text::escape::escape;
 use crate::text::size::{human_bytes, memlab_bytes};
 
@@ -18,11 +18,11 @@ const STYLE: &str = "<style>\
 .memlab-report tfoot td{font-weight:bold}\
 </style>";
 
-/// Render sections as HTML: one table per device, then why the report may be incomplete.
-pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
+/// The report as HTML: one table per device, then why the report may be incomplete.
+pub fn render(report: &TensorReport) -> String {
     let mut out = String::from("<div class=\"memlab-rs\">");
     out.push_str(STYLE);
-    for s in sections {
+    for s in &report.sections {
         let _ = write!(
             out,
             "<table class=\"memlab-report\"><caption>Storage on {}</caption><thead><tr>\
@@ -81,7 +81,7 @@ pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
         }
         out.push_str("</tfoot></table>");
     }
-    if let Some(why) = incomplete {
+    if let Some(why) = &report.incomplete {
         let _ = write!(out, "<p><b>Incomplete:</b> {}</p>", escape(why));
     }
     out.push_str("</div>");

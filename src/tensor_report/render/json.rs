@@ -1,6 +1,6 @@
 //! The report as JSON: one object per device, rows as objects with typed fields.
 
-use crate::tensor_report::records::{DeviceSection, Row};
+use crate::tensor_report::result::{Row, TensorReport};
 use crate::text::escape::string;
 
 fn optional<T: ToString>(value: Option<T>) -> String {
@@ -28,9 +28,11 @@ fn row(r: &Row) -> String {
     )
 }
 
-/// Render sections as a JSON document: `{"devices": [...], "incomplete": null | why}`.
-pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
-    let devices: Vec<String> = sections
+/// The report as a JSON document: `{"devices": [...], "incomplete": null | why}`, the
+/// CUDA figures with the remainder explained (`MemoryReport.to_json()`).
+pub fn render(report: &TensorReport) -> String {
+    let devices: Vec<String> = report
+        .sections
         .iter()
         .map(|s| {
             let rows: Vec<String> = s.rows.iter().map(row).collect();
@@ -42,8 +44,8 @@ pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
                     optional(c.reserved),
                     rest.unseen_tensors,
                     rest.rounding,
-                    optional(c.driver_used_total.map(|(used, _)| used)),
-                    optional(c.driver_used_total.map(|(_, total)| total)),
+                    optional(c.driver_used_total().map(|(used, _)| used)),
+                    optional(c.driver_used_total().map(|(_, total)| total)),
                 ),
                 _ => "null".to_owned(),
             };
@@ -62,7 +64,7 @@ pub fn render(sections: &[DeviceSection], incomplete: Option<&str>) -> String {
     format!(
         "{{\"devices\":[{}],\"incomplete\":{}}}",
         devices.join(","),
-        optional(incomplete.map(string))
+        optional(report.incomplete.as_deref().map(string))
     )
 }
 

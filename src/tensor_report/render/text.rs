@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::tensor_report::records::DeviceSection;
+use crate::tensor_report::result::{DeviceSection, TensorReport};
 use crate::text::size::{human_bytes, memlab_bytes};
 
 /// pytorch_memlab's rule width.
@@ -18,13 +18,13 @@ fn rule(out: &mut String) {
     out.push('\n');
 }
 
-/// Render sections as pytorch_memlab's `MemReporter.report()` prints them. With `verbose`,
-/// a row sharing another's storage shows `name(->owner)`. A report that may miss tensors
-/// ends with a line that says why (`incomplete`).
-pub fn render(sections: &[DeviceSection], verbose: bool, incomplete: Option<&str>) -> String {
+/// The report as pytorch_memlab's `MemReporter.report()` prints it. With `verbose`, a row
+/// sharing another's storage shows `name(->owner)`. A report that may miss tensors ends
+/// with a line that says why (`incomplete`).
+pub fn render(report: &TensorReport, verbose: bool) -> String {
     let mut out = String::new();
     row(&mut out, "Element type", "Size", "Used MEM");
-    for section in sections {
+    for section in &report.sections {
         rule(&mut out);
         let _ = writeln!(out, "Storage on {}", section.device);
         for r in &section.rows {
@@ -71,7 +71,7 @@ pub fn render(sections: &[DeviceSection], verbose: bool, incomplete: Option<&str
         }
         rule(&mut out);
     }
-    if let Some(why) = incomplete {
+    if let Some(why) = &report.incomplete {
         let _ = writeln!(out, "Incomplete: {why}");
     }
     out
@@ -118,7 +118,7 @@ fn accounting(out: &mut String, section: &DeviceSection) {
             "Reserved by the caching allocator: {}",
             human_bytes(reserved as i128)
         );
-        if let Some((used, total)) = cuda.driver_used_total {
+        if let Some((used, total)) = cuda.driver_used_total() {
             let _ = write!(
                 out,
                 "; in use by all processes (nvidia-smi): {} of {}",

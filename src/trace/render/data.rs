@@ -1,10 +1,13 @@
 //! A trace report as data: the tagging profiler's CSV (`tag,MiB`) and its log of the stacks it
-//! could not tag, and JSON.
+//! could not tag, and the report as JSON (through serde, as every result's JSON).
 
 use std::collections::HashMap;
 
-use crate::text::escape::string;
+use serde::Serialize;
+
+use crate::results::to_json;
 use crate::trace::group::{Row, UNTAGGED, UNTRACED};
+use crate::trace::model::Source;
 use crate::trace::report::{DeviceReport, Report};
 
 const MIB: f64 = 1048576.0;
@@ -58,51 +61,49 @@ pub fn untagged_log(report: &Report, device: &DeviceReport) -> String {
     out
 }
 
-fn rows_json(rows: &[Row]) -> String {
-    let items: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{{\"key\":{},\"bytes\":{},\"cumulative\":{},\"median\":{},\"count\":{}}}",
-                string(&r.key),
-                r.bytes,
-                r.cumulative,
-                r.median,
-                r.count
-            )
-        })
-        .collect();
-    format!("[{}]", items.join(","))
+/// One device of the report as JSON.
+#[derive(Serialize)]
+struct DeviceJson<'a> {
+    device: String,
+    max_mem: u64,
+    total_allocated: u64,
+    start_allocated: u64,
+    end_allocated: u64,
+    peak_time_us: i64,
+    locations: &'a [Row],
+    modules: &'a [Row],
+    notices: Vec<String>,
+}
+
+/// The report as JSON.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    source: Source,
+    /// The key of what was alive before recording began.
+    untraced: &'static str,
+    devices: Vec<DeviceJson<'a>>,
 }
 
 /// The whole report: per device the peak figures, the rows by location and by tag, notices.
 pub fn json(report: &Report) -> String {
-    let devices: Vec<String> = report
+    let devices = report
         .devices
         .iter()
-        .map(|d| {
-            let notices: Vec<String> = report.notices(d).iter().map(|n| string(n)).collect();
-            format!(
-                "{{\"device\":{},\"max_mem\":{},\"total_allocated\":{},\"start_allocated\":{},\"end_allocated\":{},\"peak_time_us\":{},\"locations\":{},\"modules\":{},\"notices\":[{}]}}",
-                string(&report.device_name(d.device)),
-                d.peak.max_bytes,
-                d.peak.total_allocated,
-                d.peak.start_bytes,
-                d.peak.end_bytes,
-                d.peak.peak_time_us,
-                rows_json(&d.rows),
-                rows_json(&d.tags),
-                notices.join(",")
-            )
+        .map(|d| DeviceJson {
+            device: report.device_name(d.device),
+            max_mem: d.peak.max_bytes,
+            total_allocated: d.peak.total_allocated,
+            start_allocated: d.peak.start_bytes,
+            end_allocated: d.peak.end_bytes,
+            peak_time_us: d.peak.peak_time_us,
+            locations: &d.rows,
+            modules: &d.tags,
+            notices: report.notices(d),
         })
         .collect();
-    format!(
-        "{{\"source\":{},\"untraced\":{},\"devices\":[{}]}}",
-        string(match report.trace.source {
-            crate::trace::model::Source::Cpu => "cpu",
-            crate::trace::model::Source::Cuda => "cuda",
-        }),
-        string(UNTRACED),
-        devices.join(",")
-    )
+    to_json(&ReportJson {
+        source: report.trace.source,
+        untraced: UNTRACED,
+        devices,
+    })
 }

@@ -9,28 +9,10 @@
 
 use std::fmt::Write;
 
+use crate::results::from_json;
 use crate::text::escape::escape;
 use crate::text::size::human_bytes;
-
-/// What the timeline renderers draw (built by the trace analysis, `src/trace/timeline.rs`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TimelineView {
-    /// e.g. "cuda:0 — traced region"
-    pub title: String,
-    /// Sample times, microseconds (already downsampled, <= ~2000 points).
-    pub time_us: Vec<i64>,
-    /// Allocated bytes at each sample (the max within its bucket).
-    pub total: Vec<u64>,
-    /// Top locations' live bytes at each sample, biggest first; the last layer is "other"
-    /// (total minus the named layers).
-    pub layers: Vec<(String, Vec<u64>)>,
-    /// Index into the samples of the peak.
-    pub peak_index: usize,
-    /// The exact Max mem.
-    pub peak_bytes: u64,
-    /// Shown above the plot (e.g. "trace truncated").
-    pub notices: Vec<String>,
-}
+use crate::trace::result::TimelineView;
 
 /// More samples than this are downsampled before drawing.
 const MAX_POINTS: usize = 4000;
@@ -135,8 +117,78 @@ struct Prepared {
     notices: Vec<String>,
 }
 
-/// Why a view cannot be drawn as given, or None (the Python entry point raises on it; the
-/// renderer itself draws what it can and says what it repaired).
+/// Why a view handed in as JSON text cannot be drawn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewError {
+    /// A key the view must have is missing (Python's ValueError).
+    Missing(String),
+    /// A value of the wrong type or range (Python's TypeError, as for any argument).
+    Type(String),
+    /// The lengths or the peak disagree (ValueError).
+    Inconsistent(String),
+}
+
+impl std::fmt::Display for ViewError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ViewError::Missing(m) | ViewError::Type(m) | ViewError::Inconsistent(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+/// What each key of a view holds, as its messages say it.
+fn holds(key: &str) -> &'static str {
+    match key {
+        "title" => "a str",
+        "time_us" => "a list of ints (microseconds)",
+        "total" => "a list of byte counts (ints >= 0)",
+        "layers" => "a list of (name, byte counts) pairs",
+        "peak_index" | "peak_bytes" => "an int >= 0",
+        "notices" => "a list of str",
+        _ => "what report.timeline(device) gives",
+    }
+}
+
+/// A view from its JSON text (an object with `TimelineView`'s keys, as
+/// `TraceResult.timeline(device)` returns), read by its derive and checked: the field that
+/// does not fit is named by its key.
+pub fn read(text: &str) -> Result<TimelineView, ViewError> {
+    let view: TimelineView = from_json(text).map_err(|e| {
+        if let Some(field) = e
+            .message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            return ViewError::Missing(format!(
+                "timeline view has no '{field}'; it needs title, time_us, total, layers, \
+                 peak_index, peak_bytes and notices, as report.timeline(device) returns"
+            ));
+        }
+        let key = e.path.split(['[', '.']).next().unwrap_or_default();
+        if key.is_empty() {
+            return ViewError::Type(format!(
+                "the timeline view must be an object ({e}); pass the dict \
+                 report.timeline(device) returns"
+            ));
+        }
+        ViewError::Type(format!(
+            "timeline view['{key}'] must be {} ({e}); pass the dict report.timeline(device) \
+             returns",
+            holds(key)
+        ))
+    })?;
+    match check(&view) {
+        Some(problem) => Err(ViewError::Inconsistent(format!(
+            "timeline view is inconsistent: {problem}"
+        ))),
+        None => Ok(view),
+    }
+}
+
+/// Why a view cannot be drawn as given, or None (`read` refuses it; the renderer itself
+/// draws what it can and says what it repaired).
 pub fn check(view: &TimelineView) -> Option<String> {
     let n = view.time_us.len();
     if view.total.len() != n {
@@ -657,6 +709,32 @@ mod tests {
     fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
         let from = text.find(start).expect(start) + start.len();
         &text[from..from + text[from..].find(end).expect(end)]
+    }
+
+    #[test]
+    fn a_view_read_from_json_names_the_key_that_does_not_fit() {
+        let good = r#"{"time_us":[0,1],"total":[0,5],"layers":[["a",[0,5]]],"peak_index":1,
+            "peak_bytes":5}"#;
+        assert_eq!(read(good).unwrap().peak_bytes, 5);
+        let missing = read(r#"{"time_us":[0],"layers":[],"peak_index":0,"peak_bytes":0}"#);
+        assert!(
+            matches!(&missing, Err(ViewError::Missing(m)) if m.contains("has no 'total'")),
+            "{missing:?}"
+        );
+        let negative = read(&good.replace("[0,5],\"layers", "[0,-5],\"layers"));
+        assert!(
+            matches!(&negative, Err(ViewError::Type(m))
+                if m.starts_with("timeline view['total'] must be a list of byte counts")
+                    && m.contains("total[1]")),
+            "{negative:?}"
+        );
+        let short = read(&good.replace("[0,5],\"layers", "[0],\"layers"));
+        assert!(
+            matches!(&short, Err(ViewError::Inconsistent(m))
+                if m.contains("time_us has 2 samples but total has 1")),
+            "{short:?}"
+        );
+        assert!(matches!(read("[1]"), Err(ViewError::Type(_))));
     }
 
     #[test]

@@ -105,9 +105,9 @@ def test_issue_sequence_young_generation_merged_ahead_of_the_last_walk(script):
         MemReporter().collect()
         gc.collect(0)
         keep.append(torch.randn(10))
-        table = MemReporter(pre_collect=True).collect()._table
+        walk = MemReporter(pre_collect=True).collect().to_data()["walk"]
         tracked = sum(issubclass(type(o), torch._C.TensorBase) for o in gc.get_objects())
-        print(table.walk_stats["tensors"], tracked)
+        print(walk["tensors"], tracked)
         """
     )
     found, tracked = out.split()
@@ -129,7 +129,7 @@ def test_reports_from_finalisers_during_collection(script):
             def __del__(self):
                 first = MemReporter(self).collect(device="cpu")
                 second = MemReporter(self).collect(device="cpu")
-                seen.append(([r.name for r in first.rows], first._table.incomplete,
+                seen.append(([r.name for r in first.rows], first.incomplete,
                              [r.name for r in second.rows]))
         keep = torch.ones(5)
         MemReporter().collect()                # leaves a resume point behind
@@ -141,7 +141,7 @@ def test_reports_from_finalisers_during_collection(script):
             assert again[:2] == ["lin.weight", "lin.bias"], again
             assert "during a garbage collection" in incomplete, incomplete
         after = MemReporter().collect(device="cpu")
-        assert after._table.incomplete is None
+        assert after.incomplete is None
         print(len(seen))
         """
     )
@@ -260,6 +260,6 @@ def test_instances_of_rejects_non_types():
 
 
 def test_report_carries_no_note_on_the_usual_path():
-    table = MemReporter().collect()._table
-    assert table.incomplete is None
+    report = MemReporter().collect()
+    assert report.incomplete is None
     assert "Incomplete" not in str(MemReporter().collect())

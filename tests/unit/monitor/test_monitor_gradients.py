@@ -17,6 +17,7 @@ import weakref
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from neumf import NeuMF
 from torch import nn
 
 import memlab_rs
@@ -48,28 +49,6 @@ def test_a_chain_by_hand():
     assert [r["feature_maps_from"] for r in rows] == [1, 2, 3, 3, 3]
     assert [r["intermediate_gradients"] for r in rows] == [SEED + 2 * n * width * 4] * 5
     assert monitor.text().endswith("\nIntermediate gradients.................0 MB")
-
-
-class NeuMF(nn.Module):
-    """Neural matrix factorisation (He et al. 2017): a generalised matrix factorisation of
-    user and item embeddings beside an MLP over two more, joined by one output layer."""
-
-    def __init__(self, users=1000, items=2000, factors=8, layers=(64, 32, 16, 8)):
-        super().__init__()
-        self.gmf_user = nn.Embedding(users, factors)
-        self.gmf_item = nn.Embedding(items, factors)
-        self.mlp_user = nn.Embedding(users, layers[0] // 2)
-        self.mlp_item = nn.Embedding(items, layers[0] // 2)
-        mlp: list[nn.Module] = []
-        for a, b in zip(layers, layers[1:]):
-            mlp += [nn.Linear(a, b), nn.ReLU()]
-        self.mlp = nn.Sequential(*mlp)
-        self.predict = nn.Linear(factors + layers[-1], 1)
-
-    def forward(self, user, item):
-        gmf = self.gmf_user(user) * self.gmf_item(item)
-        mlp = self.mlp(torch.cat([self.mlp_user(user), self.mlp_item(item)], dim=-1))
-        return self.predict(torch.cat([gmf, mlp], dim=-1)).squeeze(-1)
 
 
 def profiled_intermediate_gradients(step) -> int:
@@ -212,3 +191,41 @@ def test_an_unmeasured_iteration_has_no_figure():
     assert "Intermediate gradients...............n/a" in monitor.text(5)
     # exp's backward holds its gradient beside what it returns: two 8 x 50 gradients.
     assert rows[5]["intermediate_gradients"] == SEED + 2 * 8 * 50 * 4
+
+
+class ResidualBlock(nn.Module):
+    """x + MLP(LayerNorm(x)): x's gradient comes from two nodes and torch sums the second
+    into the first's buffer in place, unless something holds that buffer's storage."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+def test_measuring_changes_nothing_a_residual_network_allocates():
+    # Reading each gradient's storage object (a weak reference to it) kept torch from
+    # summing residual gradients in place: every measured backward allocated more, so no
+    # unmeasured iteration matched a measured one ([1, 2, 3, None, 5, None]; on a GPT-2 on
+    # an H100, two 2 MiB and four 512 KiB blocks more).
+    torch.manual_seed(0)
+    model = nn.Sequential(*[ResidualBlock(256) for _ in range(3)])
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randn(64, 256)
+
+    def step():
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    rows = monitored(model, step, steps=6, optimizer=optimizer, device="cpu").rows()
+    assert [r["feature_maps_from"] for r in rows] == [1, 2, 3, 3, 3, 3]
+    assert len({r["peak_allocated"] for r in rows}) == 1
+    assert len({r["intermediate_gradients"] for r in rows}) == 1
+    # The loss's 4-byte seed, the residual stream's gradient (64 x 256 float32) waiting for
+    # the block below while the MLP's (64 x 1024) is made and returned: at least those.
+    assert rows[0]["intermediate_gradients"] >= SEED + 64 * 256 * 4 + 64 * 1024 * 4

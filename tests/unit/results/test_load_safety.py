@@ -6,7 +6,7 @@ a callable, REDUCE calls it): `trace.load` used to fall back to `pickle.load` fo
 reader did not know, so a snapshot-shaped pickle with a `__reduce__` payload ran. And its
 reader grew its memo table to any index a file named: 6 bytes of LONG_BINPUT made it take
 4 MiB, a 12 KB file gigabytes, and under `ulimit -v` the process aborted. Every pickle now
-passes `_core.check_snapshot_pickle` before anything reads it (plain data only, every table
+passes `_core.trace.check_snapshot_pickle` before anything reads it (plain data only, every table
 bounded by the file's size) and the fallback for protocols 0 and 1 refuses every global.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import gzip
+import json
 import os
 import pickle
 import shutil
@@ -276,10 +277,11 @@ def test_the_checker_bounds_the_expansion_of_what_it_passes(tmp_path):
         path.write_bytes(data)
         values = 3 * 2**levels - 1
         if values <= 64 * len(data) + (1 << 20):
-            assert _core.check_snapshot_pickle(str(path)) == (4, values)
+            checked = json.loads(_core.trace.check_snapshot_pickle(str(path)))
+            assert checked == {"protocol": 4, "values": values}
         else:
             with pytest.raises(ValueError, match="pickle bomb"):
-                _core.check_snapshot_pickle(str(path))
+                _core.trace.check_snapshot_pickle(str(path))
 
 
 def test_protocols_0_and_1_are_read_as_plain_data(tmp_path):
@@ -295,7 +297,7 @@ def test_protocols_0_and_1_are_read_as_plain_data(tmp_path):
     for protocol in (0, 1):
         path = tmp_path / f"p{protocol}.pickle"
         path.write_bytes(pickle.dumps(snap, protocol))
-        assert _core.check_snapshot_pickle(str(path))[0] == 0
+        assert json.loads(_core.trace.check_snapshot_pickle(str(path)))["protocol"] == 0
         assert trace.load(path).text() == trace.load(snap).text()
 
 
@@ -459,7 +461,7 @@ def test_random_pickle_programs_never_reach_code(ops, proto):
     except Exception:
         pass
     try:
-        _core.check_snapshot_pickle(str(path))
+        _core.trace.check_snapshot_pickle(str(path))
         passed = True
     except ValueError:
         passed = False

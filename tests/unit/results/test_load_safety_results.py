@@ -68,24 +68,25 @@ def _refused_in_one_line(status: int, err: str, args: Any) -> None:
         assert err.count("\n") == 1 and "Traceback" not in err, (args, err)
 
 
+def _rust_checked(kind: str) -> Any:
+    """The room's submodule of ``_core`` that checks a kind's data (its serde derive), or
+    None for a kind ``_result_schema`` checks."""
+    return getattr(getattr(results.KINDS[kind], "__self__", None), "_rust", None)
+
+
 def test_every_kind_has_a_schema_and_its_results_pass_it():
     from memlab_rs import _result_schema
 
     results.files._import_kinds()
-    # A converted kind's schema is its serde derive (the class's Rust side validates it);
-    # the others' are _result_schema's. Every kind has one.
-    in_rust = {kind for kind in KINDS if _rust_side(kind) is not None}
-    assert sorted(set(_result_schema.SCHEMAS) | in_rust) == KINDS
     assert sorted(results.KINDS) == KINDS
+    in_rust = sorted(k for k in KINDS if _rust_checked(k) is not None)
+    # Every kind is checked, by its derive in Rust or by _result_schema in Python.
+    assert sorted(set(_result_schema.SCHEMAS) | set(in_rust)) == KINDS
     for kind, doc in documents().items():
         _result_schema.check(kind, doc["data"], doc["meta"])  # no ValueError
         if kind in in_rust:
-            _rust_side(kind).validate(json.dumps(doc["data"]))  # no ValueError
-
-
-def _rust_side(kind: str) -> Any:
-    """The ``_core`` submodule that checks ``kind``'s data, or None (a Python schema)."""
-    return getattr(type(samples()[kind]), "_rust", None)
+            data = json.dumps(doc["data"])
+            assert json.loads(_rust_checked(kind).validate(data)) == doc["data"]
 
 
 # -- the JSON text and the gzip around it ----------------------------------------------------
@@ -308,7 +309,7 @@ def test_a_damaged_trace_snapshot_is_a_value_error(damaged):
     path.write_text(json.dumps(doc))
     _load_and_use(path, "trace")
     # The same snapshot handed over as a dict, and saved as torch's JSON.
-    from memlab_rs._trace_saved import decode
+    from memlab_rs.trace.saved import decode
 
     try:
         snapshot = decode(doc["data"])

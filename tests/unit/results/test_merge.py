@@ -1,11 +1,12 @@
 """merge_results and diff_results on results made in process: exact per-rank values, the
-merged kinds saved and loaded back, unnamed tensors matched by what they are, and the
-errors that name what is wrong."""
+merged line profile saved and loaded back, gathering over gloo, and the errors that name
+what is wrong (tensor reports merged and compared: tests/unit/tensor_report)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from made_results import reports_with
 
 import memlab_rs
 from memlab_rs import diff_results, merge_results
@@ -81,56 +82,6 @@ def test_a_line_one_rank_never_ran_is_left_out_of_its_statistics():
         1,
     )
     assert (row["hits.min"], row["hits.max"]) == (0, 1)  # rank 0 ran it 0 times
-
-
-# An odd row width, so that no tensor another test left alive has these shapes.
-WIDTH = 1021
-
-
-def reports_with(sizes: list[int]) -> memlab_rs.MemoryReport:
-    """A CPU report while unnamed tensors of these row counts are alive, in this order."""
-    held = [torch.zeros(n, WIDTH) for n in sizes]
-    report = memlab_rs.MemReporter().collect(device="cpu")
-    del held
-    return report
-
-
-def test_unnamed_tensors_are_matched_by_shape_not_by_number():
-    a = reports_with([128, 256])
-    b = reports_with([256, 128, 512])  # found in another order: numbered differently
-    merged = merge_results([a, b], ranks=[0, 1])
-    rows = {r["shape"]: r for r in merged.records() if r["name"] == "(unnamed)"}
-
-    def nbytes(n: int) -> int:
-        return n * WIDTH * 4
-
-    assert (rows[f"(128, {WIDTH})"]["rank0"], rows[f"(128, {WIDTH})"]["rank1"]) == (
-        nbytes(128),
-        nbytes(128),
-    )
-    assert (rows[f"(256, {WIDTH})"]["rank0"], rows[f"(256, {WIDTH})"]["rank1"]) == (
-        nbytes(256),
-        nbytes(256),
-    )
-    assert (rows[f"(512, {WIDTH})"]["rank0"], rows[f"(512, {WIDTH})"]["rank1"]) == (
-        0,
-        nbytes(512),
-    )
-    assert merged.records()[0]["shape"] == f"(512, {WIDTH})"  # the imbalance first
-    change = diff_results(a, b)
-    assert [(r["name"], r["shape"], r["change"]) for r in change.rows] == [
-        ("(unnamed)", f"(512, {WIDTH})", nbytes(512))
-    ]
-    assert change.totals[0]["change"] == nbytes(512)
-
-
-def test_merged_tensor_report_round_trip(tmp_path):
-    merged = merge_results([reports_with([128]), reports_with([256])], ranks=[0, 1])
-    merged.save(tmp_path / "m.json")
-    loaded = memlab_rs.load(tmp_path / "m.json")
-    assert type(loaded) is memlab_rs.MergedTensorReport
-    assert loaded.text() == merged.text() and loaded.to_csv() == merged.to_csv()
-    assert loaded.html() == merged.html()
 
 
 def test_merge_errors_name_the_problem():

@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from memlab_rs import LineProfiler, _core, _cpu_source
+from memlab_rs import LineProfiler, _core
+from memlab_rs._sources import cpu_source as _cpu_source
 
 MiB = 1 << 20
 COLUMNS = (

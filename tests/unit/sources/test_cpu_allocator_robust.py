@@ -511,7 +511,7 @@ def test_keyboard_interrupt_inside_a_profiled_function_ends_tracking(deliver):
 
 
 class InterruptedModule:
-    """Stands in for a module ``_cpu_source`` uses: every attribute is the real one, except
+    """Stands in for a module ``cpu_source`` uses: every attribute is the real one, except
     ``name``, which raises KeyboardInterrupt, as a Ctrl-C arriving in the middle of it
     would."""
 
@@ -547,7 +547,7 @@ def start_counting(made: list) -> None:
 def test_keyboard_interrupt_while_tracking_starts_propagates_and_leaves_nothing(
     monkeypatch, where, start
 ):
-    from memlab_rs import _cpu_source
+    from memlab_rs._sources import cpu_source as _cpu_source
 
     module, name = where
     monkeypatch.setattr(_cpu_source, module, InterruptedModule(getattr(_cpu_source, module), name))

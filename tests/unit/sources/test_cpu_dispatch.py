@@ -17,7 +17,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from memlab_rs import LineProfiler, _core, _cpu_dispatch
+from memlab_rs import LineProfiler, _core
+from memlab_rs._sources import cpu_dispatch as _cpu_dispatch
 
 MiB = 1 << 20
 

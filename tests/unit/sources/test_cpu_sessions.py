@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memlab_rs
-from memlab_rs import LineProfiler, _core, _cpu_source, trace
+from memlab_rs import LineProfiler, _core, trace
+from memlab_rs._sources import cpu_source as _cpu_source
 
 MiB = 1 << 20
 pytestmark = pytest.mark.skipif(

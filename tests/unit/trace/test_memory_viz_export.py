@@ -4,7 +4,8 @@ The snapshots are built by hand in torch's schema with known allocations (a CUDA
 with two segments, and a CPU recording in the form memlab_rs's CPU tracer returns), written
 in both formats, re-loaded, and analysed with torch.cuda._memory_viz: segsum, trace, and the
 memory/segments flamegraph inputs (the flamegraph step itself needs Perl and a download, so
-its input lines are checked instead).
+its input lines are checked instead). torch's command line tools reading the pickle are
+tests/integration/test_trace_processes.py's.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import json
 import os
 import pickle
 import pickletools
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from torch.cuda import _memory_viz as mv
+from trace_snapshots import cpu_recording
 
-from memlab_rs._memory_viz_export import export_memory_viz
+from memlab_rs.trace.memory_viz import export_memory_viz
 
 KiB, MiB = 1 << 10, 1 << 20
 SEG_A, SEG_B = 0x7F0000000000, 0x7F0000400000
@@ -117,71 +117,6 @@ def cuda_like_snapshot():
     }
 
 
-def cpu_recording():
-    """A CPU recording as _core._cpu_trace_stop returns it (TRACE_CONTRACT.md): one segment
-    per live allocation, segment_type "cpu", device 0, and the "memlab_rs" key."""
-    here = frame("/home/u/model.py", 12, "forward")
-    live = [(0x5500_0000_1000, 4096), (0x5500_0010_0000, 3 * MiB)]
-    segments = [
-        {
-            "device": 0,
-            "address": a,
-            "total_size": n,
-            "allocated_size": n,
-            "active_size": n,
-            "requested_size": n,
-            "stream": 0,
-            "segment_type": "cpu",
-            "segment_pool_id": (0, 0),
-            "is_expandable": False,
-            "frames": [],
-            "blocks": [
-                {
-                    "address": a,
-                    "size": n,
-                    "requested_size": n,
-                    "state": "active_allocated",
-                    "frames": [here] if n == 3 * MiB else [],
-                }
-            ],
-        }
-        for a, n in live
-    ]
-    t0 = 1_700_000_000_000_000
-    temp = 0x5500_0100_0000
-
-    def entry(action, addr, size, t, frames):
-        return {
-            "action": action,
-            "addr": addr,
-            "size": size,
-            "stream": 0,
-            "time_us": t0 + t,
-            "frames": frames,
-            "user_metadata": "",
-        }
-
-    trace = [
-        entry("alloc", live[1][0], 3 * MiB, 10, [here]),
-        entry("alloc", temp, MiB, 20, [here]),
-        entry("free_requested", temp, MiB, 30, []),
-        entry("free_completed", temp, MiB, 30, []),
-    ]
-    return {
-        "segments": segments,
-        "device_traces": [trace],
-        "allocator_settings": {},
-        "external_annotations": [],
-        "memlab_rs": {
-            "version": 1,
-            "source": "cpu",
-            "start": {"time_us": t0, "live": [[live[0][0], 4096]]},
-            "dropped": 0,
-            "no_stack": 0,
-        },
-    }
-
-
 def as_json(value):
     """What a JSON round trip makes of a value: tuples become lists."""
     return json.loads(json.dumps(value))
@@ -264,19 +199,6 @@ def test_a_cpu_recording_is_accepted_with_our_extra_key(tmp_path, fmt):
         "active_allocated;model.py:12:forward": 3 * MiB,
         "active_allocated;<non-python>": 4096,
     }
-
-
-def test_torch_command_line_tools_read_the_pickle(tmp_path):
-    path = export_memory_viz(cpu_recording(), tmp_path / "cpu.pickle")
-    for action, expected in (("stats", "total_allocated: 3.0MiB"), ("trace", "4 entries")):
-        done = subprocess.run(
-            [sys.executable, "-m", "torch.cuda._memory_viz", action, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        assert expected in done.stdout
 
 
 def test_the_pickle_is_protocol_4_with_only_opcodes_the_viewer_reads(tmp_path):

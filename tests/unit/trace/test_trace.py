@@ -1,9 +1,9 @@
 """memlab_rs.trace: the analysis of allocation histories, on snapshots captured on an H100
 (tests/fixtures/trace/capture.py) and on generated histories checked against a model."""
 
+import json
 import os
 import pickle
-import random
 import re
 
 import paths
@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from trace_snapshots import as_recorded, fixture, generated
 
 from memlab_rs import _core, trace
 
@@ -18,29 +19,11 @@ FIXTURES = paths.FIXTURES / "trace"
 ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
 
 
-def fixture(name):
-    with open(FIXTURES / f"{name}.pickle", "rb") as f:
-        data = pickle.load(f)
-    return data["snapshot"], data["facts"]
-
-
 def as_shown(path):
     """`path` as a trace recorded in this working directory shows it by default: relative
     to it when under it (as os.path.relpath says), else in full."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
-
-
-def as_recorded(snapshot, facts):
-    """The snapshot with the start layout our Tracer keeps (what it saves)."""
-    ours = dict(snapshot)
-    first = snapshot["device_traces"][0][0]["time_us"]
-    ours["memlab_rs"] = {
-        "version": 1,
-        "source": "cuda",
-        "start": {"time_us": first, "segments": facts["start_segments"]},
-    }
-    return ours
 
 
 @pytest.mark.parametrize("name", ["mlp_adam", "gpt2_tiny"])
@@ -174,90 +157,6 @@ def test_bad_input_is_named():
 
 
 # -- a model-based check of the replay on generated CPU histories ---------------------------
-def generated(seed, n=400):
-    """A CPU history of random allocations and frees, and what a plain model says of it."""
-    rng = random.Random(seed)
-    frames = [{"filename": f"/app/model{i}.py", "line": 10 + i, "name": f"f{i}"} for i in range(5)]
-    start_live = {
-        0x1000 * (i + 1): rng.choice([64, 4096, 1 << 20]) for i in range(rng.randint(0, 4))
-    }
-    live = dict(start_live)
-    where = {addr: "untraced" for addr in live}
-    entries, next_addr, t = [], 0x100000, 1_000_000
-    current = sum(live.values())
-    best, best_live = current, dict(live)
-    for _ in range(n):
-        t += rng.randint(1, 5)
-        if live and rng.random() < 0.45:
-            addr = rng.choice(sorted(live))
-            size = live.pop(addr)
-            for action in ("free_requested", "free_completed"):
-                entries.append(
-                    {
-                        "action": action,
-                        "addr": addr,
-                        "size": size,
-                        "stream": 0,
-                        "time_us": t,
-                        "frames": [],
-                        "user_metadata": "",
-                    }
-                )
-            current -= size
-        else:
-            size = rng.choice([12, 512, 4099, 65536, 1 << 20, 3 << 20])
-            frame = rng.choice(frames)
-            addr, next_addr = next_addr, next_addr + size + 64
-            live[addr] = size
-            where[addr] = f"{frame['filename']}:{frame['line']} ({frame['name']})"
-            entries.append(
-                {
-                    "action": "alloc",
-                    "addr": addr,
-                    "size": size,
-                    "stream": 0,
-                    "time_us": t,
-                    "frames": [frame],
-                    "user_metadata": "",
-                }
-            )
-            current += size
-            if current > best:
-                best, best_live = current, dict(live)
-    segments = [
-        {
-            "device": 0,
-            "address": a,
-            "total_size": s,
-            "stream": 0,
-            "segment_type": "cpu",
-            "blocks": [
-                {
-                    "address": a,
-                    "size": s,
-                    "requested_size": s,
-                    "state": "active_allocated",
-                    "frames": [],
-                }
-            ],
-        }
-        for a, s in sorted(live.items())
-    ]
-    snapshot = {
-        "segments": segments,
-        "device_traces": [entries],
-        "memlab_rs": {
-            "version": 1,
-            "source": "cpu",
-            "start": {"time_us": 1_000_000, "live": [[a, s] for a, s in start_live.items()]},
-        },
-    }
-    expected = {}
-    for addr, size in best_live.items():
-        expected.setdefault(where[addr], []).append(size)
-    return snapshot, best, expected
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_generated_histories_agree_with_a_plain_model(seed):
     snapshot, best, expected = generated(seed)
@@ -365,7 +264,7 @@ def test_a_model_that_is_not_a_module_is_named_before_anything_starts(model):
 def test_a_start_that_fails_leaves_nothing_running():
     from torch.nn.modules import module
 
-    from memlab_rs._trace_tags import ModuleTagger
+    from memlab_rs.trace.tags import ModuleTagger
 
     def hooks():
         return dict(module._global_forward_pre_hooks), dict(module._global_forward_hooks)
@@ -547,3 +446,34 @@ def test_a_keyword_given_as_one_string_is_one_keyword():
         result.keywords({"first": [0]}, None)
     with pytest.raises(ValueError, match=r"groups\['first'\] has an empty keyword"):
         result.keywords({"first": ""}, None)
+
+
+def test_every_rendering_is_one_render_of_the_analysis(tmp_path):
+    """The trace renders through the result base's render(format, **view), from the analysis
+    Rust keeps: each of text, the module view, HTML, JSON, CSV and the untagged log is one
+    format of it, and a view option a format does not take is named."""
+    snapshot, facts = fixture("mlp_adam")
+    result = trace.load(as_recorded(snapshot, facts))
+    assert result.render() == result.text() == str(result)
+    assert result.text().startswith("Max mem: ")
+    assert result.render("text", by="module") == result.module_text()
+    assert result.module_text().splitlines()[1] == "Mem, Cumulative Mem, Median, Count, Module"
+    assert result.render("html") == result.html() == result._repr_html_()
+    assert result.render("json") == result.to_json()
+    assert json.loads(result.render("json"))["devices"][0]["max_mem"] == result.max_mem()
+    assert result.render("csv", device="cuda:0") == result.to_csv() == result.to_csv(device=0)
+    assert result.render("untagged_log") == result.untagged_log(device="cuda:0")
+    with pytest.raises(ValueError, match=r"format='png': a trace result renders as text, html"):
+        result.render("png")
+    with pytest.raises(ValueError, match="by must be 'location' or 'module', got 'line'"):
+        result.render("text", by="line")
+    with pytest.raises(TypeError, match="by must be 'location' or 'module', got 1"):
+        result.render("text", by=1)
+    with pytest.raises(ValueError, match='format="html" takes no by view option'):
+        result.render("html", by="module")
+    with pytest.raises(ValueError, match="unknown field `columns`"):
+        result.render("text", columns=["peak"])
+    # What it saves is the text Rust does not hold: the snapshot, each frame and stack once.
+    assert json.loads(result.data_json()) == result.to_data()
+    result.save(tmp_path / "t.json")
+    assert trace.load(tmp_path / "t.json").render("text", by="module") == result.module_text()

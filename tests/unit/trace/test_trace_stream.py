@@ -1,22 +1,15 @@
 """The streaming pickle reader (`trace.load(path)`) against the dict reader (`trace.load(dict)`):
 the same report from the GPU fixtures and generated histories at pickle protocols 2, 4 and 5,
-clear errors for bad files, the fallback for protocols 0 and 1, and its memory on a ~100 MB
-snapshot (measured in fresh processes)."""
+clear errors for bad files, the fallback for protocols 0 and 1. Its memory on a 32 MB snapshot,
+measured in fresh processes, is tests/integration/test_trace_processes.py's."""
 
-import json
-import os
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from trace_snapshots import as_recorded, fixture, generated
 
 import memlab_rs.trace as trace
 from memlab_rs import _core
-
-sys.path.insert(0, os.path.dirname(__file__))
-from test_trace import as_recorded, fixture, generated  # noqa: E402
 
 
 def same_report(a, b):
@@ -49,7 +42,7 @@ def test_fixtures_stream_to_the_same_report(tmp_path, name, protocol, recorded):
         snapshot = as_recorded(snapshot, facts)
     path = write(tmp_path / "s.pickle", snapshot, protocol)
     # The reader itself, not a fallback: it must accept these protocols.
-    _core.TraceAnalysis.from_pickle(str(path), [])
+    _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}')
     streamed = trace.load(path)
     assert streamed._snapshot is None  # the dict was never built
     same_report(streamed, trace.load(snapshot))
@@ -119,12 +112,12 @@ def test_protocols_0_and_1_fall_back_to_the_plain_data_unpickler(tmp_path):
     for protocol in (0, 1):
         path = write(tmp_path / f"p{protocol}.pickle", snapshot, protocol)
         with pytest.raises(NotImplementedError, match="protocols 0 and 1"):
-            _core.TraceAnalysis.from_pickle(str(path), [])
+            _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}')
         assert trace.load(path).text() == trace.load(snapshot).text()
     # A set (EMPTY_SET) somewhere: no snapshot holds one, and nothing reads it.
     odd = dict(snapshot, external_annotations={1, 2})
     path = write(tmp_path / "set.pickle", odd, 4)
-    for load in (lambda: _core.TraceAnalysis.from_pickle(str(path), []),
+    for load in (lambda: _core.trace.TraceAnalysis.from_pickle(str(path), '{"exclude": []}'),
                  lambda: trace.load(path)):
         with pytest.raises(ValueError, match=r"opcode EMPTY_SET \(0x8f\), a set"):
             load()
@@ -144,92 +137,3 @@ def test_snapshot_is_loaded_on_demand_and_save_copies(tmp_path):
     trace.load(p2).save(out2)
     assert out2.read_bytes()[:2] == b"\x80\x04"  # memory_viz's protocol
     assert trace.load(out2).text() == trace.load(snapshot).text()
-
-
-MEASURE = textwrap.dedent(
-    """
-    import json, pickle, sys, time
-    import memlab_rs.trace as trace
-
-    def hwm():  # this process's peak RSS (ru_maxrss would keep the parent's across exec)
-        with open("/proc/self/status") as f:
-            return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
-
-    how, path = sys.argv[1], sys.argv[2]
-    base = hwm()
-    began = time.perf_counter()
-    if how == "stream":
-        result = trace.load(path)
-    else:
-        with open(path, "rb") as f:
-            result = trace.load(pickle.load(f))
-    text = result.text()
-    seconds = time.perf_counter() - began
-    peak = hwm()
-    print(json.dumps({"base": base, "peak": peak, "seconds": seconds, "text": text}))
-    """
-)
-
-
-def big_snapshot(path, target_bytes):
-    """The gpt2 fixture's history repeated with shifted addresses and times until the pickle
-    is about `target_bytes`; frame dicts shared, frame lists per copy (as torch writes)."""
-    snapshot, _ = fixture("gpt2_tiny")
-    entries0 = snapshot["device_traces"][0]
-    one = len(pickle.dumps(snapshot, protocol=4))
-    copies = max(1, target_bytes // one)
-    period = entries0[-1]["time_us"] - entries0[0]["time_us"] + 1000
-    entries, segments = [], []
-    for k in range(copies):
-        lists = {}
-
-        def shifted(item, key, k=k, lists=lists):
-            out = dict(item)
-            if key in out and out.get("action") not in ("snapshot", "oom"):
-                out[key] += k << 36
-            if "time_us" in out:
-                out["time_us"] += k * period
-            if "frames" in out:
-                out["frames"] = lists.setdefault(id(item["frames"]), list(item["frames"]))
-            return out
-
-        entries.extend(shifted(e, "addr") for e in entries0)
-        for seg in snapshot["segments"]:
-            copy = shifted(seg, "address")
-            copy["blocks"] = [shifted(b, "address") for b in seg["blocks"]]
-            segments.append(copy)
-    write(path, dict(snapshot, segments=segments, device_traces=[entries]), 4)
-    return copies, len(entries)
-
-
-# Big enough that the pickle's dict dwarfs the fixed costs (the imports are measured out),
-# small enough to build and load in seconds on every Python CI runs.
-SIZE = 32 << 20
-
-
-def measure(how, path):
-    out = subprocess.run(
-        [sys.executable, "-c", MEASURE, how, str(path)],
-        capture_output=True, text=True, check=True,
-    )
-    return json.loads(out.stdout)
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
-def test_a_32mb_snapshot_streams_in_a_fraction_of_pickle_loads_memory(tmp_path):
-    path = tmp_path / "big.pickle"
-    copies, entries = big_snapshot(path, SIZE)
-    size = os.path.getsize(path)
-    stream = measure("stream", path)
-    dict_path = measure("pickle", path)
-    assert stream["text"] == dict_path["text"]
-    mib = 1 << 20
-    grew = {k: (v["peak"] - v["base"]) / mib for k, v in (("stream", stream),
-                                                        ("pickle", dict_path))}
-    print(f"\n{size / mib:.0f} MiB pickle ({copies} copies, {entries:,} entries): "
-          f"peak RSS above the imports: stream {grew['stream']:.0f} MiB in "
-          f"{stream['seconds']:.2f} s, pickle.load + dict {grew['pickle']:.0f} MiB in "
-          f"{dict_path['seconds']:.2f} s")
-    # Measured: 30 MiB, 341k entries: stream +32 MiB, pickle.load + dict +176 MiB (at 93 MiB
-    # it was +97 against +552: the ratio holds as the file grows).
-    assert grew["stream"] * 3 < grew["pickle"]

@@ -1,4 +1,4 @@
-"""Module and phase tags (memlab_rs._trace_tags): the exact tag sequence each thread gets.
+"""Module and phase tags (memlab_rs.trace.tags): the exact tag sequence each thread gets.
 
 The tags are observed through the tagger's own ``setters`` argument: every tag change the
 recorders (torch's CUDA history, the CPU recording) get goes to that callable too.
@@ -19,9 +19,9 @@ from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 from torch.utils.checkpoint import checkpoint
 
-import memlab_rs._trace_tags
+import memlab_rs.trace.tags
 from memlab_rs import _core
-from memlab_rs._trace_tags import ModuleTagger, set_tag
+from memlab_rs.trace.tags import ModuleTagger, set_tag
 
 
 def nested():
@@ -522,7 +522,7 @@ def test_graph_hook_handles_stay_bounded_over_many_steps():
 def test_docstring_examples():
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    tests = finder.find(memlab_rs._trace_tags)
+    tests = finder.find(memlab_rs.trace.tags)
     assert len([t for t in tests if t.examples]) >= 4
     for test in tests:
         runner.run(test)

@@ -1,22 +1,21 @@
 """Every view of a trace's module grouping reads one assignment of the live set at the peak:
 the module rows, their text, CSV, JSON, HTML and data frame, the keyword groups and the
 untagged log agree, on generated histories checked against a plain model and on real steps
-recorded on the CPU."""
+recorded on the CPU (on CUDA: tests/gpu/test_trace_cuda.py)."""
 
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES
+from trace_views import PHASES, assert_views_agree, nbytes
 
 from memlab_rs import trace
 
-PHASES = ("forward:", "backward:", "optimizer:")
 TORCH = "/env/lib/python3.12/site-packages/torch"
 USER = {"filename": "/app/train.py", "line": 11, "name": "step"}
 CALL = {"filename": f"{TORCH}/nn/modules/module.py", "line": 1750, "name": "_call_impl"}
@@ -129,84 +128,6 @@ def history(start, steps):
     return snapshot, {k: (sum(v), len(v), sorted(v)[len(v) // 2]) for k, v in rows.items()}
 
 
-ROW = re.compile(r"^(\S+ \S*)  (\S+ \S*)  (\S+ \S*)  (\d+)  (.+)$")
-UNTAGGED = re.compile(r"^Untagged: ([0-9.]+) MiB in (\d+) allocation\(s\), allocated at:$")
-
-
-class ModuleTable(HTMLParser):
-    """The HTML's module table: (bytes, key) per row."""
-
-    def __init__(self):
-        super().__init__()
-        self.caption, self.in_modules, self.cells, self.rows = "", False, [], []
-        self.title, self.data = None, ""
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "td":
-            self.title = dict(attrs).get("title")
-            self.data = ""
-
-    def handle_data(self, data):
-        self.data += data
-
-    def handle_endtag(self, tag):
-        if tag == "caption":
-            self.in_modules = self.data.endswith("by module")
-        if tag == "td" and self.in_modules:
-            self.cells.append((self.title, self.data))
-            if len(self.cells) == 5:
-                self.rows.append((int(self.cells[0][0].split()[0]), self.cells[4][1]))
-                self.cells = []
-        if tag == "caption":
-            self.data = ""
-
-
-def assert_views_agree(result, device="cpu"):
-    """Every module view of `result` says what module_rows() says."""
-    rows = result.module_rows(device)
-    by_key = {r.location: r for r in rows}
-    assert len(by_key) == len(rows)
-    assert sum(r.bytes for r in rows) == result.max_mem(device)
-    # CSV
-    csv = result.to_csv(device=device).splitlines()
-    assert csv[0] == "tag,MiB"
-    assert [(line.rsplit(",", 1)[0], float(line.rsplit(",", 1)[1])) for line in csv[1:]] == [
-        (r.location, round(r.bytes / 2**20, 6)) for r in rows
-    ]
-    # JSON
-    (dev,) = [d for d in result.to_dict()["devices"] if d["device"] == device]
-    assert [(m["key"], m["bytes"], m["count"], m["median"]) for m in dev["modules"]] == [
-        (r.location, r.bytes, r.count, r.median) for r in rows
-    ]
-    # text
-    lines = result.module_text().splitlines()
-    assert lines[1] == "Mem, Cumulative Mem, Median, Count, Module"
-    table = [ROW.match(line) for line in lines[2 : 2 + len(rows)]]
-    assert [(m.group(5), int(m.group(4))) for m in table] == [(r.location, r.count) for r in rows]
-    # HTML: the module table is there whenever some row is neither untraced nor untagged
-    parser = ModuleTable()
-    parser.feed(result._repr_html_())
-    if any(r.location not in ("untraced", "(untagged)") for r in rows):
-        assert parser.rows == [(r.bytes, r.location) for r in rows]
-    # data frame
-    frame = result.to_dataframe(device, by="module")
-    assert list(zip(frame["module"], frame["bytes"])) == [(r.location, r.bytes) for r in rows]
-    # keyword groups: a group takes exactly the rows whose key holds its keyword
-    for r in rows:
-        found = dict(result.keywords({"g": [r.location]}, None, device))
-        taken = sum(x.bytes for x in rows if r.location in x.location)
-        assert found == {"g": taken, "Others": result.max_mem(device) - taken}
-    # the untagged log: the allocations of the (untagged) row, no more, no fewer
-    headers = [UNTAGGED.match(line) for line in result.untagged_log(device=device).splitlines()]
-    headers = [m for m in headers if m]
-    untagged = by_key.get("(untagged)")
-    assert sum(int(m.group(2)) for m in headers) == (untagged.count if untagged else 0)
-    logged = sum(float(m.group(1)) for m in headers)
-    assert logged == pytest.approx((untagged.bytes if untagged else 0) / 2**20, abs=1e-6 * 50)
-    # no phase is shown with an empty module
-    assert not any(r.location in PHASES for r in rows)
-
-
 step = st.tuples(
     st.booleans(),
     st.sampled_from([16, 512, 4099, 65536, 1 << 20]),
@@ -280,10 +201,6 @@ def trained_probe():
 
     train_step()
     return model, opt, train_step
-
-
-def nbytes(tensor):
-    return tensor.untyped_storage().nbytes()
 
 
 def test_what_was_alive_at_the_start_is_named_by_tensor_in_the_module_view():
@@ -380,34 +297,6 @@ def test_bad_start_names_are_named(names):
         trace.load(snapshot)
 
 
-@pytest.mark.cuda
-def test_cuda_start_is_named_by_tensor():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()).cuda()
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(256, 1024, device="cuda")
-
-    def train_step():
-        model(x).sum().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    train_step()
-    torch.cuda.synchronize()
-    with trace.Tracer(device="cuda:0", model=model) as tr:
-        train_step()
-        torch.cuda.synchronize()
-    rows = {r.location: r.bytes for r in tr.result.module_rows("cuda:0")}
-    w = model[0].weight
-    # The allocator's block of a 4 MiB tensor is exactly 4 MiB.
-    assert rows["untraced:0.weight"] == nbytes(w) == 4 << 20
-    assert rows["untraced:AdamW.0.weight.exp_avg"] == 4 << 20
-    assert rows["untraced:AdamW.0.weight.exp_avg_sq"] == 4 << 20
-    # AdamW's step counters are CPU tensors: not on this device, not named here.
-    assert not any(k.endswith(".step") for k in rows)
-    assert_views_agree(tr.result, "cuda:0")
-
-
 # -- keyword groups: Untrackable is never negative, and never dropped without a word ---------
 def mlp_adam():
     import pickle
@@ -468,45 +357,3 @@ def test_the_default_driver_is_not_dropped_without_a_word(tmp_path):
             found = loaded.keywords(GROUPS)
         assert [name for name, _ in found] == ["first", "later", "Others"]
     del w
-
-
-@pytest.mark.cuda
-def test_cuda_untrackable_is_what_the_driver_counts_beyond_the_peak():
-    from memlab_rs import _core
-
-    x = torch.ones(1 << 20, device="cuda")
-    with trace.Tracer(device="cuda:0") as tr:
-        y = x * 2
-        torch.cuda.synchronize()
-    before = _core.driver_device_memory(0)[0]
-    groups = dict(tr.result.keywords({"all": ["untraced"]}))
-    after = _core.driver_device_memory(0)[0]
-    assert groups["Untrackable"] >= 0
-    assert min(before, after) <= sum(groups.values()) <= max(before, after)
-    del x, y
-
-
-@pytest.mark.cuda
-def test_a_cuda_step_with_module_tags_every_view_agrees():
-    """On CUDA the backward runs on autograd's device thread, which has no Python stack:
-    its untagged allocations are (untagged), and the log lists exactly those."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)
-    ).cuda()
-    opt = torch.optim.Adam(model.parameters())
-    x = torch.randn(512, 256, device="cuda")
-
-    def train_step():
-        model(x).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-
-    train_step()
-    torch.cuda.synchronize()
-    with trace.Tracer(device="cuda:0", model=model, tag_modules=True) as tr:
-        train_step()
-        torch.cuda.synchronize()
-    keys = [r.location for r in tr.result.module_rows("cuda:0")]
-    assert "untraced:0.weight" in keys and "untraced:Adam.0.weight.exp_avg" in keys
-    assert_views_agree(tr.result, "cuda:0")

@@ -1,16 +1,15 @@
-"""MemTracker on CPU: exact bytes, views once, grouping, names, the log's layout (golden)."""
+"""MemTracker on CPU, in this process: exact bytes, views once, grouping, names, the log's
+layout (the golden log, written by a fresh interpreter: tests/integration/
+test_tracker_processes.py)."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 import torch
-from paths import FIXTURES
 from signal_alarms import alarms_into, spread
 from tracker_readme import (
     PARAMETER,
@@ -24,16 +23,10 @@ from tracker_readme import (
 import memlab_rs
 from memlab_rs import MemTracker, TrackResult, TrackRow
 
-GOLDEN = str(FIXTURES / "tracker" / "cpu_steps.txt")
-
 
 def _log(tracker: MemTracker) -> str:
     with open(tracker.gpu_profile_fn) as f:
         return f.read()
-
-
-def _normalise(text: str) -> str:
-    return re.sub(r"\d\d-\w\w\w-\d\d-\d\d:\d\d:\d\d", "<stamp>", text)
 
 
 def test_exact_bytes_views_once_and_grouping(tmp_path):
@@ -106,52 +99,6 @@ def test_log_file_name_header_and_returned_lines(tmp_path):
     assert result.where.endswith(": test_log_file_name_header_and_returned_lines")
     assert f"line {result.where.split(' line ')[1]}" in text
     del x
-
-
-# A fixed example: the original's README in small (CPU, 1/1024 of its sizes), compiled as
-# "main.py" so that the `At` lines are the same on every checkout.
-GOLDEN_SCRIPT = """\
-import torch
-tracker.track()
-model = torch.nn.Linear(16, 8)
-tracker_with_model = None
-tracker.track()
-d1 = torch.zeros(30, 3, 16, 16)
-d2 = torch.zeros(40, 3, 16, 16)
-d3 = torch.zeros(60, 3, 16, 16)
-tracker.track()
-d4 = torch.zeros(120, 3, 16, 16)
-d5 = torch.zeros(80, 3, 16, 16)
-tracker.track()
-del d4, d2
-tracker.clear_cache()
-tracker.track()
-"""
-
-
-def test_golden_log(tmp_path):
-    # In a fresh interpreter: tensors other tests leave alive would be listed first.
-    runner = (
-        "import sys, memlab_rs\n"
-        "tracker = memlab_rs.MemTracker(path=sys.argv[1], device='cpu')\n"
-        "exec(compile(sys.argv[2], 'main.py', 'exec'), {'tracker': tracker})\n"
-        "print(tracker.gpu_profile_fn)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", runner, f"{tmp_path}/", GOLDEN_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    with open(proc.stdout.strip()) as f:
-        got = _normalise(f.read())
-    if os.environ.get("MEMLAB_RS_UPDATE_GOLDEN"):
-        with open(GOLDEN, "w") as f:
-            f.write(got)
-    with open(GOLDEN) as f:
-        want = f.read()
-    assert got.splitlines() == want.splitlines()
 
 
 def test_the_resuming_walk_serves_later_calls(tmp_path):
