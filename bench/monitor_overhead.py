@@ -36,6 +36,7 @@ import time
 import torch
 
 import memlab_rs
+from memlab_rs._categories import CATEGORIES
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,7 +105,7 @@ def compare(name: str, train_step, model, optimizer, rounds: int, steps: int, sy
             f"ms/step  mean ratio {mean_b / mean_a:5.3f}x"
         )
     assert last is not None
-    cats = ", ".join(f"{c} {last[c] / 2**20:.1f}" for c in memlab_rs.monitor.CATEGORIES)
+    cats = ", ".join(f"{c} {last[c] / 2**20:.1f}" for c in CATEGORIES)
     print(
         f"{'':<4}peak allocated {last['peak_allocated'] / 2**20:.1f} MiB in the "
         f"{last['peak_window']} window = {cats} (MiB); feature maps "

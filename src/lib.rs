@@ -33,7 +33,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(gc_callback.clone())?;
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
-    m.add_class::<courtesy::HostBook>()?;
     m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
     use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
@@ -67,24 +66,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         sources::cuda::direct::_cuda_direct_checks,
         m
     )?)?;
-    m.add_class::<monitor::source::MonitorSource>()?;
-    m.add_class::<monitor::saved::SavedTensorHooks>()?;
-    m.add_class::<monitor::saved::SavedHeld>()?;
-    m.add_class::<monitor::live::MonitorTensors>()?;
-    m.add_class::<monitor::gradients::GradientLog>()?;
-    m.add_class::<monitor::gradients::GradientNodeHook>()?;
-    m.add_function(wrap_pyfunction!(monitor::live::_monitor_data_ptrs, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::live::_monitor_state_ids, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::windows::_monitor_iteration, m)?)?;
-    m.add_class::<monitor::py::MonitorRowNames>()?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_text, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_header, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_csv_row, m)?)?;
-    m.add_function(wrap_pyfunction!(monitor::py::_monitor_html, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::_estimate_replay, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::py::_estimate_text, m)?)?;
-    m.add_function(wrap_pyfunction!(estimate::py::_estimate_html, m)?)?;
     line_profiler::py::register(m)?;
+    courtesy::py::register(m)?;
+    estimate::py::register(m)?;
+    monitor::py::register(m)?;
     test_memory::py::register(m)?;
     trace::py::register(m)?;
     tensor_report::py::register(m)?;

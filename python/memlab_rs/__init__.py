@@ -22,7 +22,7 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
-    from .estimate import FakeStepError, MemoryEstimate, estimate, max_batch_size
+    from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
         DEFAULT_COLUMNS,
         LineProfiler,
@@ -35,8 +35,7 @@ if _typing.TYPE_CHECKING:
         profile_every,
         set_target_gpu,
     )
-    from .monitor import MemoryMonitor, memory_profiler
-    from .monitor_result import MonitorResult
+    from .monitor import MemoryMonitor, MonitorResult, memory_profiler
     from .results import load
     from .results.diff import ResultDiff, diff_results
     from .results.merge import gather_results, merge_results
@@ -89,12 +88,11 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"],
                     ".courtesy"),  # fmt: skip
     **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
-                    ".estimate"),  # fmt: skip
+                    ".estimation"),  # fmt: skip
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineProfileResult", "LineRecordsDisplay",
                      "MergedLineProfile", "clear_global_line_profiler", "global_line_profiler",
                      "profile", "profile_every", "set_target_gpu"], ".line_profiler"),  # fmt: skip
-    **dict.fromkeys(["MemoryMonitor", "memory_profiler"], ".monitor"),
-    "MonitorResult": ".monitor_result",
+    **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
                     ".tensor_report"),  # fmt: skip
     "load": ".results",
@@ -132,11 +130,10 @@ def __dir__() -> list[str]:
 
 
 class _Front(_types.ModuleType):
-    """This package's module object. Where a public name is also the name of a submodule
-    (``estimate``: the function of the module of that name), the binding the import
-    system makes on a package when one of its submodules is first imported does not
-    replace the public name, whoever imports the submodule first (``memlab_rs.estimate``
-    imported before ``from memlab_rs import estimate``). No module is named ``profile``."""
+    """This package's module object. No submodule shares a public name (the function
+    ``profile`` lives in ``line_profiler.global_profiler``, ``estimate`` in the
+    ``estimation`` package); should one ever be imported under a public name, the binding
+    the import system makes on the package would replace the function: this keeps it."""
 
     def __setattr__(self, name: str, value: _typing.Any) -> None:
         submodule = isinstance(value, _types.ModuleType) and value.__name__ == f"{__name__}.{name}"

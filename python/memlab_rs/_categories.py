@@ -16,6 +16,9 @@ figure from one tool can be read next to the other's.
 A storage belongs to one category only. Precedence: parameter, buffer, gradient,
 optimizer state, activation (a parameter saved for backward stays a parameter);
 ``temporary`` and ``other`` are what is left, split by when it was allocated.
+
+A floor below the rooms: the monitor and the estimation both import it, neither from the
+other. The Rust side holds the same list (``src/results/categories.rs``).
 """
 
 from __future__ import annotations

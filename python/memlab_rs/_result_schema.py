@@ -21,37 +21,32 @@ schema is their serde derive (``src/<room>/result.rs``), checked by the room's
 it (``src/trace/py/load.rs``), and what only the analysis can tell (a ``source`` that
 disagrees with the snapshot) by ``TraceResult.from_data``.
 
->>> check("estimate", {"model": "m"}, {})
+>>> check("test_memory", {"nodeid": "t"}, {})
 Traceback (most recent call last):
 ...
-ValueError: estimate: no "device" field
+ValueError: test_memory: no "outcome" field
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._categories import CATEGORIES
 from ._json_schema import (
     I64_MIN,
     RANK_MAX,
-    Bool,
     Float,
     Int,
     List,
-    Map,
     Obj,
     Opt,
-    Spec,
     Str,
-    Tuple,
     shown,
 )
 
 # -- the types fields share ---------------------------------------------------------------------
 
 BYTES = Int(0)  # byte counts and counts: the renderers take u64 or i64
-SIGNED = Int(I64_MIN)  # a line's change, a monitor's figure: i64
+SIGNED = Int(I64_MIN)  # a change: i64
 RANK = Int(0, RANK_MAX)
 WORLD = Int(1, RANK_MAX + 1)
 SECONDS = Float()
@@ -106,34 +101,6 @@ META = Obj(
 )
 
 
-def _activation_at_peak(data: dict[str, Any], where: str) -> None:
-    if "activation" not in data["peak_by_category"]:
-        raise ValueError(f'{where}: "peak_by_category" has no "activation"')
-
-
-_ESTIMATE_BYTES = (
-    "parameters buffers inputs gradients optimizer_state activations intermediates_forward "
-    "intermediates_backward peak_allocated peak_step peak_reserved workspaces allocations"
-).split()
-
-ESTIMATE = Obj(
-    "estimate",
-    {
-        "model": TEXT,
-        "device": TEXT,
-        "dtype": Opt(TEXT),
-        **{name: BYTES for name in _ESTIMATE_BYTES},
-        "peak_phase": Str(word=True),
-        "peak_by_category": Map(BYTES),
-        "phase_peaks": Map(BYTES),
-        "phase_ends": Map(BYTES),
-        "step_peaks": Map(BYTES, keys="[0-9]{1,18}", keys_what="step numbers"),
-        "seconds": SECONDS,
-        "notes": TEXTS,
-    },
-    rules=(_activation_at_peak,),
-)
-
 TEST_MEMORY = Obj(
     "test_memory",
     {
@@ -162,83 +129,9 @@ TEST_MEMORY = Obj(
     },
 )
 
-# -- the training monitor ------------------------------------------------------------------------
-
-
-def _monitor_row() -> dict[str, Spec]:
-    return {
-        "step": SIGNED,
-        "epoch": SIGNED,
-        "iteration": SIGNED,
-        "peak_cached": SIGNED,
-        "current_cached": SIGNED,
-        "feature_maps": Opt(SIGNED),
-        "feature_maps_from": Opt(SIGNED),
-        "weight_usage": SIGNED,
-        "weight_gradient_usage": SIGNED,
-        "intermediate_gradients": Opt(SIGNED),  # None where not measured
-        "optimizer_state_usage": Opt(SIGNED),
-        "peak_allocated": SIGNED,
-        "peak_window": TEXT,
-        "backward_passes": SIGNED,
-        **{name: SIGNED for name in CATEGORIES},
-        "notice": Opt(TEXT),
-    }
-
-
-def _monitor_details(data: dict[str, Any], where: str) -> None:
-    layouts, details, rows = data["layouts"], data["details"], data["rows"]
-    for i, layout in enumerate(layouts):
-        if len(layout["names"]) != len(layout["bytes"]):
-            raise ValueError(
-                f"{where} layout {i}: {len(layout['names'])} names for "
-                f"{len(layout['bytes'])} byte counts"
-            )
-    if len(details) != len(rows):
-        raise ValueError(f"{where}: {len(details)} details for {len(rows)} rows")
-    for i, d in enumerate(details):
-        index = d["layout"]
-        if not index < len(layouts):
-            raise ValueError(
-                f'{where} details {i}: "layout" {index} is not one of {len(layouts)} layouts'
-            )
-        if len(d["grads"]) != len(layouts[index]["bytes"]):
-            raise ValueError(
-                f"{where} details {i}: {len(d['grads'])} gradient counts for "
-                f"{len(layouts[index]['bytes'])} rows"
-            )
-
-
-MONITOR = Obj(
-    "monitor",
-    {
-        "device": TEXT,
-        "verbose": Bool(),
-        "print_period": Int(1),
-        "csv_names": TEXTS,
-        "rows": List(Obj("monitor row {i}", _monitor_row())),
-        "layouts": List(Obj("monitor layout {i}", {"names": TEXTS, "bytes": List(SIGNED)})),
-        "details": List(
-            Obj(
-                "monitor details {i}",
-                {
-                    "modules": List(
-                        Tuple("[name, bytes]", TEXT, SIGNED), what="a list of [name, bytes] pairs"
-                    ),
-                    "layout": Int(0, RANK_MAX),
-                    "grads": List(SIGNED),
-                },
-            )
-        ),
-    },
-    rules=(_monitor_details,),
-)
-
 #: kind -> the schema of its ``data``.
 SCHEMAS: dict[str, Obj] = {
-    "estimate": ESTIMATE,
     "test_memory": TEST_MEMORY,
-    "monitor": MONITOR,
 }
 
 

@@ -33,8 +33,9 @@ pub fn segment_size(size: u64) -> u64 {
     }
 }
 
-/// Which allocator the replay models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which allocator the replay models (`"cuda"` or `"cpu"` in a recording).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     Cuda,
     Cpu,

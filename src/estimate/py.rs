@@ -1,18 +1,64 @@
-//! Python entry points of the estimate renderers.
+//! The estimate's Python face, `_core.estimate`: a fake step's recording replayed (it comes
+//! in once as JSON, the replay's figures go out once as JSON), and an estimate checked and
+//! rendered from its JSON text.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::render::text::Line;
 use super::render::{html, text};
+use super::replay::{self, Recording};
+use super::result::Estimate;
+use crate::results::py::{no_view, submodule};
+use crate::results::{from_json, to_json};
 
-/// The estimate as the original modelsize-style text table.
-#[pyfunction]
-pub fn _estimate_text(model: &str, lines: Vec<Line>, notes: Vec<String>) -> String {
-    text::render(model, &lines, &notes)
+pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
+    let m = submodule(
+        parent,
+        "estimate",
+        "A fake training step's recording replayed through an allocator model, and an \
+         estimate checked and rendered from its JSON text.",
+    )?;
+    m.add_function(wrap_pyfunction!(replay_recording, &m)?)?;
+    m.add_function(wrap_pyfunction!(validate, &m)?)?;
+    m.add_function(wrap_pyfunction!(render, &m)?)?;
+    Ok(())
 }
 
-/// The estimate as HTML.
+/// Replay a recording (`{"device_type", "events": [[op, id, bytes], ...], "categories",
+/// "n_categories", "n_phases"}`); the replay's figures as JSON (`replay::Replay`).
 #[pyfunction]
-pub fn _estimate_html(model: &str, lines: Vec<Line>, notes: Vec<String>) -> String {
-    html::render(model, &lines, &notes)
+#[pyo3(name = "replay")]
+fn replay_recording(py: Python<'_>, recording: &str) -> PyResult<String> {
+    let r: Recording = from_json(recording)?;
+    let found = py.detach(|| {
+        replay::replay(
+            r.device_type,
+            &r.events,
+            &r.categories,
+            r.n_categories,
+            r.n_phases,
+        )
+    });
+    Ok(to_json(&found))
+}
+
+/// An `estimate` result's data as its derive reads it, with the rules between its fields,
+/// in canonical form; a ValueError names the field that does not fit.
+#[pyfunction]
+fn validate(data: &str) -> PyResult<String> {
+    Ok(to_json(&Estimate::from_json(data)?))
+}
+
+/// The estimate as `text` (the modelsize style) or `html`; it takes no view.
+#[pyfunction]
+fn render(data: &str, format: &str, view: &str) -> PyResult<String> {
+    let estimate = Estimate::from_json(data)?;
+    no_view(view, "an estimate")?;
+    match format {
+        "text" => Ok(text::render(&estimate)),
+        "html" => Ok(html::render(&estimate)),
+        other => Err(PyValueError::new_err(format!(
+            "format={other:?}: an estimate renders as text or html"
+        ))),
+    }
 }

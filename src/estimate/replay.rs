@@ -4,10 +4,14 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use super::allocator::{Allocator, Block, Kind};
 
-/// One recorded event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One recorded event; the recording writes it `[op, id, bytes]`: op 0 allocates storage
+/// `id` of `bytes` bytes, 1 frees it, 2 starts phase `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "(u8, u64, u64)")]
 pub enum Event {
     /// Storage `id` (an index into the categories) of `bytes` bytes came to life.
     Alloc { id: u64, bytes: u64 },
@@ -17,8 +21,36 @@ pub enum Event {
     Phase { index: usize },
 }
 
+impl TryFrom<(u8, u64, u64)> for Event {
+    type Error = String;
+
+    fn try_from((op, id, bytes): (u8, u64, u64)) -> Result<Self, String> {
+        match op {
+            0 => Ok(Event::Alloc { id, bytes }),
+            1 => Ok(Event::Free { id }),
+            2 => Ok(Event::Phase { index: id as usize }),
+            other => Err(format!(
+                "unknown event kind {other} (0 alloc, 1 free, 2 phase)"
+            )),
+        }
+    }
+}
+
+/// A fake step's recording, as the estimate's Python side hands it over (once, as JSON).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recording {
+    /// Which allocator to model.
+    pub device_type: Kind,
+    pub events: Vec<Event>,
+    /// The category (the caller's index) of each storage id.
+    pub categories: Vec<u8>,
+    pub n_categories: usize,
+    pub n_phases: usize,
+}
+
 /// What the replay found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Replay {
     pub peak_allocated: u64,
     /// The phase during which the peak was first reached.
@@ -113,6 +145,37 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::from_json;
+
+    #[test]
+    fn a_recording_reads_as_the_estimate_writes_it() {
+        let r: Recording = from_json(
+            r#"{"device_type": "cuda", "events": [[2, 0, 0], [0, 0, 512], [1, 0, 0]],
+                "categories": [3], "n_categories": 9, "n_phases": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(r.device_type, Kind::Cuda);
+        assert_eq!(
+            r.events,
+            vec![
+                Event::Phase { index: 0 },
+                Event::Alloc { id: 0, bytes: 512 },
+                Event::Free { id: 0 }
+            ]
+        );
+        let bad_op = r#"{"device_type": "cpu", "events": [[7, 0, 0]], "categories": [],
+                         "n_categories": 9, "n_phases": 1}"#;
+        let err = from_json::<Recording>(bad_op).unwrap_err().to_string();
+        assert!(err.starts_with("events[0]: unknown event kind 7"), "{err}");
+        let bad_device = bad_op
+            .replace("\"cpu\"", "\"xpu\"")
+            .replace("[7, 0, 0]", "");
+        let err = from_json::<Recording>(&bad_device).unwrap_err().to_string();
+        assert!(
+            err.starts_with("device_type: unknown variant `xpu`"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn peak_and_categories_at_the_peak() {

@@ -1,14 +1,13 @@
-//! The training monitor's core: where its allocator figures come from (`source`) and how one
-//! iteration's windows turn into categories that sum to the peak (`windows`). The torch glue
-//! (installing the hooks, listing parameters and optimizer state) is
-//! `python/memlab_rs/monitor.py`; the per-step work (the saved-tensor hooks in `saved`, the
-//! reads at each boundary in `live`, the intermediate gradients of a backward in
-//! `gradients`) is here.
+//! The training monitor's room: one iteration's windows turned into the categories at its
+//! peak (`analyse`), the record growing one iteration at a time (`record`), the record as
+//! saved (`result`, kind `monitor`), and its block, CSV and plot (`render`). The monitor's
+//! collector is itself interpreter hooks (saved-tensor hooks, the node hooks of a backward's
+//! intermediate gradients, the reads at each boundary), so it lives with its Python face in
+//! a folder, `py/`; the torch glue (installing the hooks, listing parameters
+//! and optimizer state) is `python/memlab_rs/monitor/`.
 
-pub mod gradients;
-pub mod live;
+pub mod analyse;
 pub mod py;
+pub mod record;
 pub mod render;
-pub mod saved;
-pub mod source;
-pub mod windows;
+pub mod result;

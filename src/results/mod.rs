@@ -6,9 +6,12 @@
 //! naming the field that broke it, which is how a damaged or foreign file is refused.
 //! `count` bounds the counts and byte sizes a result holds to what an i64 holds.
 
+pub mod categories;
 pub mod check;
 pub mod count;
 pub mod json;
+pub mod nullable;
 pub mod py;
 
 pub use json::{from_json, to_json, DataError};
+pub use nullable::nullable;

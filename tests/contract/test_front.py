@@ -40,8 +40,14 @@ def torch_modules(modules: set[str]) -> list[str]:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["--version"], ["show", "--help"], ["run", "--help"], ["diff", "--help"],
-     ["merge", "--help"]],  # fmt: skip
+    [
+        ["--help"],
+        ["--version"],
+        ["show", "--help"],
+        ["run", "--help"],
+        ["diff", "--help"],
+        ["merge", "--help"],
+    ],  # fmt: skip
     ids=" ".join,
 )
 def test_the_console_script_answers_help_and_version_without_torch(argv: list[str]):
@@ -77,18 +83,21 @@ def test_every_public_name_resolves():
 def test_every_way_in_gives_the_public_names_in_a_fresh_interpreter():
     """From nothing imported: `from memlab_rs import *`, attribute access, the
     pytorch_memlab alias, submodules as attributes; a public name that is also a
-    submodule's name (`estimate`) stays the public name even when the submodule was imported
-    first, and `profile` stays the function when the module defining it was imported first
-    (`memlab-rs run` imports memlab_rs.line_profiler.global_profiler before the script does
-    `from memlab_rs import profile`)."""
+    submodule's name: `profile` stays the function when the module defining it was imported
+    first (`memlab-rs run` imports memlab_rs.line_profiler.global_profiler before the script
+    does `from memlab_rs import profile`); no module shadows the function `estimate` (its
+    room's package is `estimation`)."""
     code = textwrap.dedent(
         """
         import importlib, inspect, sys
         profile_module = importlib.import_module("memlab_rs.line_profiler.global_profiler")
-        estimate_module = importlib.import_module("memlab_rs.estimate")
+        estimation = importlib.import_module("memlab_rs.estimation")
+        import importlib.util
+        assert importlib.util.find_spec("memlab_rs.estimate") is None
+        assert importlib.util.find_spec("memlab_rs.profile") is None
         import memlab_rs
         assert memlab_rs.profile is profile_module.profile, memlab_rs.profile
-        assert memlab_rs.estimate is estimate_module.estimate, memlab_rs.estimate
+        assert memlab_rs.estimate is estimation.estimate, memlab_rs.estimate
         from memlab_rs import profile, estimate
         assert inspect.isfunction(profile) and inspect.isfunction(estimate)
         names = {}

@@ -79,7 +79,7 @@ def test_resnet50():
             opt.zero_grad(set_to_none=True)
             mon.record_stats()
         check(mon, model, opt, 3)
-    modules = dict(mon._details[-1][0])
+    modules = dict(mon.result().to_data()["details"][-1]["modules"])
     assert sum(modules.values()) == mon.rows()[-1]["feature_maps"]
     assert "conv1" in modules
 

@@ -513,7 +513,7 @@ def test_a_peak_reset_by_the_test_is_reported(pytester):
             x = torch.empty(256, 1024)
             del x
             HELD.clear()
-            _core.MonitorSource("cpu").read()  # reads, then resets the shared peak
+            _core.monitor.Source("cpu").read()  # reads, then resets the shared peak
         """
     )
     run(pytester, "--memlab-save", "saved").assert_outcomes(passed=1)

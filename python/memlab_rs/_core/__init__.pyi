@@ -5,10 +5,13 @@ compares the names with ``dir(memlab_rs._core)``.
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, SupportsIndex, final
+from typing import Any, SupportsIndex
 
+from . import courtesy as courtesy
+from . import estimate as estimate
 from . import line_profiler as line_profiler
 from . import merged_tensor_report as merged_tensor_report
+from . import monitor as monitor
 from . import tensor_report as tensor_report
 from . import test_memory as test_memory
 from . import trace as trace
@@ -16,15 +19,7 @@ from . import tracker as tracker
 
 # pyo3 lists every registered name (a stubtest check keeps this in step)
 __all__ = [
-    "GradientLog",
-    "GradientNodeHook",
-    "HostBook",
     "LineReportView",
-    "MonitorRowNames",
-    "MonitorSource",
-    "MonitorTensors",
-    "SavedHeld",
-    "SavedTensorHooks",
     "_CPU_PROBE_BYTES",
     "__version__",
     "_cpu_adopted",
@@ -46,24 +41,17 @@ __all__ = [
     "_cuda_direct_checks",
     "_cuda_direct_notice",
     "_cuda_direct_why_not",
-    "_estimate_html",
-    "_estimate_replay",
-    "_estimate_text",
     "_gc_callback",
     "_gc_watch_state",
     "_instances_of",
-    "_monitor_csv_header",
-    "_monitor_csv_row",
-    "_monitor_data_ptrs",
-    "_monitor_html",
-    "_monitor_iteration",
-    "_monitor_state_ids",
-    "_monitor_text",
     "_set_cpu_glue",
     "check_result_json",
     "driver_available",
     "driver_device_memory",
+    "courtesy",
+    "estimate",
     "merged_tensor_report",
+    "monitor",
     "parse_size",
     "readable_size",
     "line_profiler",
@@ -180,142 +168,6 @@ def check_result_json(text: bytes) -> None:
     """Check a result file's JSON text (UTF-8 bytes) before parsing it: a ValueError saying
     what no result holds (nesting past 64 levels, a number of more than 32 characters, NaN,
     Infinity, an infinite float) and at which byte."""
-
-# estimate/ and render/estimate_*.rs
-def _estimate_replay(
-    device_type: str,
-    recorded: Sequence[tuple[int, int, int]],
-    categories: Sequence[int],
-    n_categories: int,
-    n_phases: int,
-) -> dict[str, Any]:
-    """Replay a recorded step's (op, id, bytes) events through the allocator model."""
-
-def _estimate_text(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
-    """An estimate's figures in Pytorch-Memory-Utils' ``modelsize`` style."""
-
-def _estimate_html(model: str, lines: Sequence[tuple[str, int, str]], notes: Sequence[str]) -> str:
-    """An estimate's figures as an HTML table."""
-
-# courtesy.rs
-@final
-class HostBook:
-    """Courtesy's host side: pinned buffers and where each moved storage sits."""
-
-    def __new__(cls) -> HostBook: ...
-    def place(
-        self, storages: Sequence[tuple[int, int]]
-    ) -> tuple[int, int, list[tuple[int, int]]]: ...
-    def pending(self) -> list[tuple[int, int, int, int, int]]: ...
-    def restored(self, records: Sequence[int]) -> None: ...
-    def gone(self, records: Sequence[int]) -> None: ...
-    def on_host(self) -> tuple[int, int]: ...
-    def buffers(self) -> list[int]: ...
-    def free_buffers(self) -> list[int]: ...
-    def release_free(self) -> list[int]: ...
-
-# The training monitor (src/monitor/, src/render/monitor_*.rs)
-@final
-class MonitorSource:
-    """Allocated/reserved bytes of one device ("cpu" or "cuda:N"), peaks reset per read."""
-    def __init__(self, device: str) -> None: ...
-    def read(self) -> tuple[int, int, int, int, list[int]]:
-        """(allocated, peak allocated, reserved, peak reserved, counts: allocations and frees
-        since the last read, live blocks, requested bytes, those the source has); then
-        resets the peaks."""
-    def reader(self) -> str: ...
-    def notice(self) -> str | None: ...
-
-@final
-class SavedHeld:
-    """What autograd holds for one tensor saved under the monitor's hooks."""
-
-@final
-class SavedTensorHooks:
-    """The monitor's saved-tensor pack/unpack pair and the weak log of what it saved."""
-    def __init__(self, tensor_type: type, modules: list[str] | None = None) -> None: ...
-    def chain(self, outer: tuple[Callable[..., Any], Callable[..., Any]] | None = None) -> None:
-        """Chain ``outer`` under this pair from now on (called just before it is pushed)."""
-    def pack(self, t: Any) -> SavedHeld: ...
-    def unpack(self, held: SavedHeld) -> Any: ...
-    def stop(self) -> None: ...
-    def __len__(self) -> int: ...
-
-@final
-class MonitorTensors:
-    """The monitor's known tensors on one device (-1: CPU), read at each boundary."""
-    def __init__(self, device: int) -> None: ...
-    def set_model(
-        self,
-        params: Sequence[tuple[Any, int]],
-        rows: int,
-        param_ptrs: set[int],
-        buffer_ptrs: set[int],
-    ) -> None: ...
-    def set_state(self, ptrs: set[int]) -> None: ...
-    def gradients(self) -> tuple[int, list[int]]: ...
-    def known_storages(self) -> set[int]: ...
-    def activations(self, hooks: SavedTensorHooks) -> int: ...
-    def activations_by_module(
-        self, hooks: SavedTensorHooks, outside: str
-    ) -> list[tuple[str, int]]: ...
-
-@final
-class GradientLog:
-    """The intermediate gradients of a backward on one device (-1: CPU): hooks on the
-    graph's nodes log what each receives and returns, weakly."""
-    def __init__(self, device: int) -> None: ...
-    def watch(self, roots: Sequence[Any]) -> list[Any]:
-        """A post-hook on every node reachable from ``roots`` but AccumulateGrad; the
-        handles, for the caller to remove."""
-    def peak(self) -> int:
-        """The most bytes of gradients that never became a leaf's, alive at once."""
-    def close(self) -> None:
-        """Stop logging; give torch's weak references to the storages back."""
-    @property
-    def incomplete(self) -> bool: ...
-    @property
-    def samples(self) -> int: ...
-
-@final
-class GradientNodeHook:
-    """One node's post-hook (torch calls it with what the node returned and received)."""
-    def __call__(self, grad_inputs: Any, grad_outputs: Any) -> None: ...
-
-def _monitor_state_ids(state: Any) -> list[int]:
-    """The identities of an optimizer's state values (a dict of dicts), in order."""
-def _monitor_data_ptrs(tensors: Sequence[Any]) -> list[int]: ...
-def _monitor_iteration(
-    windows: Sequence[tuple[str, Sequence[int], Sequence[int], int]],
-) -> tuple[int, list[int], bool] | None:
-    """(peak window, categories, inexact) of an iteration."""
-
-@final
-class MonitorRowNames:
-    """The monitor's parameter row names, held once for the renderers."""
-    def __init__(self, names: Sequence[str]) -> None: ...
-    def __len__(self) -> int: ...
-    @property
-    def names(self) -> list[str]: ...
-
-def _monitor_text(
-    figures: tuple[int, int, int, int, int | None, int | None, int | None],
-    modules: Sequence[tuple[str, int]],
-    names: MonitorRowNames,
-    bytes: Sequence[int],
-    grads: Sequence[int],
-    notice: str | None = None,
-) -> str: ...
-def _monitor_csv_header(names: Sequence[str]) -> str: ...
-def _monitor_csv_row(
-    figures: tuple[int, int, int, int, int | None, int | None, int | None],
-    names: MonitorRowNames,
-    bytes: Sequence[int],
-    grads: Sequence[int],
-) -> str: ...
-def _monitor_html(
-    title: str, names: Sequence[str], labels: Sequence[str], values: Sequence[Sequence[int]]
-) -> str: ...
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).

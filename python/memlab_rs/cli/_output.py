@@ -48,18 +48,11 @@ def formatted(result: Any, form: str, view: dict[str, Any]) -> str:
 
 def formats(result: Any) -> tuple[str, ...]:
     """The formats ``result``'s kind renders as (``results.Result._formats``)."""
-    from . import _unconverted
-
-    if _unconverted.applies(result):
-        return _unconverted.formats(result)
     return tuple(result._formats)
 
 
 def render(result: Any, form: str, view: dict[str, Any]) -> str:
-    from . import _unconverted
-
-    if _unconverted.applies(result):
-        return _unconverted.render(result, form, view)
+    """``result`` in ``form``, through the one result model (every kind's room renders it)."""
     return str(result.render(form, **view))
 
 

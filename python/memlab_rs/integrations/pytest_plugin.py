@@ -244,9 +244,9 @@ class MemlabPlugin:
         started at the first test and held to the end of the session (counting CUDA
         devices does not initialise CUDA; a device's figures read 0 until torch does)."""
         if self._sources is None:
-            sources = {"cpu": _core.MonitorSource("cpu")}
+            sources = {"cpu": _core.monitor.Source("cpu")}
             for index in range(torch.cuda.device_count()):
-                sources[f"cuda:{index}"] = _core.MonitorSource(f"cuda:{index}")
+                sources[f"cuda:{index}"] = _core.monitor.Source(f"cuda:{index}")
             self._sources = sources
         return self._sources
 
@@ -297,11 +297,11 @@ class _Call:
             self.sources = dict(plugin.session_sources())
             self.own: dict[str, Any] = {}
         else:
-            self.sources = {d: _core.MonitorSource(d) for d in self.limit_of}
+            self.sources = {d: _core.monitor.Source(d) for d in self.limit_of}
             self.own = self.sources
         for device in self.limit_of:
             if device not in self.sources:  # not seen by device_count(): cannot happen
-                self.sources[device] = self.own[device] = _core.MonitorSource(device)
+                self.sources[device] = self.own[device] = _core.monitor.Source(device)
         self.notices: dict[str, list[str]] = {d: [] for d in self.sources}
         self.tracers: dict[str, Tracer] = {}
         try:

@@ -277,15 +277,14 @@ def _import_kinds() -> None:
         importlib.import_module(f"memlab_rs.{module}")
 
 
-#: The modules whose import registers a kind, a merge or a diff (by module name:
-#: ``memlab_rs.estimate`` the attribute is the function, so ``from . import estimate`` would
-#: not name the module).
+#: The modules whose import registers a kind, a merge or a diff (by module name, as
+#: ``importlib`` finds them).
 _KIND_MODULES = (
     "line_profiler",
     "tensor_report",
     "tracker",
-    "estimate",
-    "monitor_result",
+    "estimation",
+    "monitor",
     "trace",
     "test_memory",
 )

@@ -1,46 +1,53 @@
 //! The estimate as text, in the style of Pytorch-Memory-Utils' `modelsize`: one line per
 //! figure, `Model {name} : {what}: {megabytes}M`, megabytes being 10^6 bytes printed with six
 //! decimals as its `{:4f}` prints them. The figures are exact bytes; only the unit is its.
+//! Then the notes, and the device the estimate modelled.
 
-/// One figure: what it is, its bytes, and what follows the number (`"M"`, `" M (with
-/// backward)"`, `"M (step 2, backward)"`).
-pub type Line = (String, u64, String);
+use crate::estimate::result::Estimate;
 
-pub fn render(model: &str, lines: &[Line], notes: &[String]) -> String {
+pub fn render(e: &Estimate) -> String {
     let mut out = String::new();
-    for (label, bytes, suffix) in lines {
+    for (label, bytes, suffix) in e.lines() {
         out.push_str(&format!(
-            "Model {model} : {label}: {:.6}{suffix}\n",
-            *bytes as f64 / 1e6
+            "Model {} : {label}: {:.6}{suffix}\n",
+            e.model,
+            bytes as f64 / 1e6
         ));
     }
-    for note in notes {
+    for note in &e.notes {
         out.push_str(&format!("Note: {note}\n"));
     }
+    out.push_str(&format!(
+        "Note: on {}; every figure is in docs/guide.md\n",
+        e.device
+    ));
     out
 }
 
-/// The text of an estimate (see `render`).
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimate::result::tests::estimate;
 
     #[test]
     fn original_style() {
-        let lines = vec![
-            ("params".to_owned(), 497_759_232, "M".to_owned()),
-            (
-                "intermedite variables".to_owned(),
-                1_500_000,
-                " M (without backward)".to_owned(),
-            ),
-        ];
-        let text = render("GPT2", &lines, &["fake".to_owned()]);
+        let text = render(&estimate());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Model Linear : params: 4.004000M");
         assert_eq!(
-            text,
-            "Model GPT2 : params: 497.759232M\n\
-             Model GPT2 : intermedite variables: 1.500000 M (without backward)\n\
-             Note: fake\n"
+            lines[1],
+            "Model Linear : intermedite variables: 0.032000 M (without backward)"
+        );
+        assert_eq!(
+            lines[6],
+            "Model Linear : peak allocated: 8.072000M (step 1, backward)"
+        );
+        assert_eq!(
+            &lines[8..],
+            [
+                "Note: a note",
+                "Note: on cpu; every figure is in docs/guide.md"
+            ]
         );
     }
 }

@@ -6,8 +6,31 @@
 
 use std::fmt::Write;
 
+use crate::monitor::result::MonitorRecord;
+use crate::results::categories::CATEGORIES;
 use crate::text::escape::escape;
 use crate::text::size::human_bytes;
+
+/// The record's plot: one bar per recorded iteration (labelled `epoch:iteration`), its
+/// categories stacked.
+pub fn plot(record: &MonitorRecord) -> String {
+    let names: Vec<String> = CATEGORIES.iter().map(|c| c.to_string()).collect();
+    let labels: Vec<String> = record
+        .rows
+        .iter()
+        .map(|r| format!("{}:{}", r.epoch, r.iteration))
+        .collect();
+    let values: Vec<Vec<i64>> = record
+        .rows
+        .iter()
+        .map(|r| r.categories().to_vec())
+        .collect();
+    let title = format!(
+        "memlab_rs monitor \u{2014} {}, peak allocated by category per iteration",
+        record.device
+    );
+    render(&title, &names, &labels, &values)
+}
 
 /// Colours per category (parameter, buffer, gradient, activation, temporary,
 /// optimizer_state, other), readable on light and dark backgrounds.
@@ -20,7 +43,7 @@ pub fn render(title: &str, names: &[String], labels: &[String], values: &[Vec<i6
     let (width, height, left, bottom) = (720.0_f64, 260.0_f64, 70.0_f64, 30.0_f64);
     let top = values
         .iter()
-        .map(|v| v.iter().sum::<i64>())
+        .map(|v| v.iter().fold(0i64, |a, b| a.saturating_add(*b)))
         .max()
         .unwrap_or(0)
         .max(1) as f64;
@@ -92,14 +115,13 @@ pub fn render(title: &str, names: &[String], labels: &[String], values: &[Vec<i6
         for bytes in row {
             let _ = write!(s, "<td class=\"num\">{bytes}</td>");
         }
-        let _ = write!(s, "<td class=\"num\">{}</td></tr>", row.iter().sum::<i64>());
+        let total = row.iter().fold(0i64, |a, b| a.saturating_add(*b));
+        let _ = write!(s, "<td class=\"num\">{total}</td></tr>");
     }
     s.push_str("</table></div>");
     s
 }
 
-/// The HTML fragment (see `render`); labels and values must be as long as each other and
-/// each row as long as `names`.
 #[cfg(test)]
 mod tests {
     use super::*;

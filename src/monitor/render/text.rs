@@ -3,9 +3,17 @@
 //! characters, the value right-aligned with dots in 5, then " MB"; indented rows pad to 33
 //! after two spaces; MB are decimal megabytes rounded half to even, as Python's `round`).
 
+use crate::monitor::result::MonitorRecord;
+
 /// Bytes to the original's integer MB: `round(bytes / 1e6)`, ties to even.
 pub fn mb(bytes: i64) -> i64 {
     (bytes as f64 / 1e6).round_ties_even() as i64
+}
+
+/// A sum of byte counts that saturates (a damaged file's huge numbers print as the largest,
+/// they do not wrap).
+fn total(bytes: impl Iterator<Item = i64>) -> i64 {
+    bytes.fold(0, i64::saturating_add)
 }
 
 fn line(label: &str, bytes: i64) -> String {
@@ -82,11 +90,11 @@ pub fn block(b: &Block) -> String {
     ];
     out.extend(b.modules.iter().map(|(name, bytes)| row(name, *bytes)));
     out.push(String::new());
-    let weights: i64 = b.weights.iter().map(|w| w.1).sum();
+    let weights = total(b.weights.iter().map(|w| w.1));
     out.push(line("Total layer weight usage", weights));
     out.extend(b.weights.iter().map(|(name, bytes, _)| row(name, *bytes)));
     out.push(String::new());
-    let grads: i64 = b.weights.iter().map(|w| w.2).sum();
+    let grads = total(b.weights.iter().map(|w| w.2));
     out.push(line("Total layer weight gradient usage", grads));
     out.extend(
         b.weights
@@ -132,10 +140,10 @@ pub fn csv_row(b: &Block) -> String {
         Some(mb(b.peak_cached)),
         Some(mb(b.current_cached)),
         b.feature_maps.map(mb),
-        Some(mb(b.weights.iter().map(|w| w.1).sum())),
+        Some(mb(total(b.weights.iter().map(|w| w.1)))),
     ];
     cells.extend(b.weights.iter().map(|w| Some(mb(w.1))));
-    cells.push(Some(mb(b.weights.iter().map(|w| w.2).sum())));
+    cells.push(Some(mb(total(b.weights.iter().map(|w| w.2)))));
     cells.extend(b.weights.iter().map(|w| Some(mb(w.2))));
     cells.push(b.intermediate.map(mb));
     let text: Vec<String> = cells
@@ -145,30 +153,57 @@ pub fn csv_row(b: &Block) -> String {
     text.join(",") + "\n"
 }
 
-/// Figures of one block: (iteration, epoch, peak_cached, current_cached, feature_maps or
-/// None, intermediate or None, optimizer_state or None).
-pub type Figures = (i64, i64, i64, i64, Option<i64>, Option<i64>, Option<i64>);
-
-pub fn to_block(
-    figures: Figures,
-    modules: Vec<(String, i64)>,
-    weights: Vec<(String, i64, i64)>,
-    notice: Option<String>,
-) -> Block {
-    let (iteration, epoch, peak_cached, current_cached, feature_maps, intermediate, optimizer) =
-        figures;
-    Block {
-        iteration,
-        epoch,
-        peak_cached,
-        current_cached,
-        feature_maps,
-        modules,
-        weights,
-        intermediate,
-        optimizer_state: optimizer,
-        notice,
+/// The block of row `index`: its figures, its parameter rows (from its layout, with their
+/// gradient bytes), its feature maps per module when the record is verbose, its notice.
+/// None when the record does not hold that row whole (`MonitorRecord::check` says why).
+pub fn block_of(record: &MonitorRecord, index: usize) -> Option<Block> {
+    let row = record.rows.get(index)?;
+    let details = record.details.get(index)?;
+    let layout = record.layouts.get(details.layout)?;
+    if layout.names.len() != layout.bytes.len() || details.grads.len() != layout.bytes.len() {
+        return None;
     }
+    let weights = layout
+        .names
+        .iter()
+        .zip(&layout.bytes)
+        .zip(&details.grads)
+        .map(|((name, bytes), grad)| (name.clone(), *bytes, *grad))
+        .collect();
+    Some(Block {
+        iteration: row.iteration,
+        epoch: row.epoch,
+        peak_cached: row.peak_cached,
+        current_cached: row.current_cached,
+        feature_maps: row.feature_maps,
+        modules: if record.verbose {
+            details.modules.clone()
+        } else {
+            Vec::new()
+        },
+        weights,
+        intermediate: row.intermediate_gradients,
+        optimizer_state: row.optimizer_state_usage,
+        notice: row.notice.clone(),
+    })
+}
+
+/// The CSV file the monitor writes with `csv=True`: the header, then the rows of the
+/// printed iterations (every `print_period`-th of each epoch).
+pub fn csv_file(record: &MonitorRecord) -> Option<String> {
+    let mut out = csv_header(&record.csv_names);
+    for (index, row) in record.rows.iter().enumerate() {
+        if printed(row.iteration, record.print_period) {
+            out.push_str(&csv_row(&block_of(record, index)?));
+        }
+    }
+    Some(out)
+}
+
+/// Whether iteration `iteration` of an epoch prints its block (as Python's `%`, so a
+/// negative iteration of a strange file reads as the monitor's own code reads it).
+pub fn printed(iteration: i64, print_period: i64) -> bool {
+    iteration.rem_euclid(print_period.max(1)) == 0
 }
 
 #[cfg(test)]

@@ -175,7 +175,7 @@ def test_context_manager_and_bad_devices():
 
 
 def test_host_book_places_and_reuses_buffers():
-    book = _core.HostBook()
+    book = _core.courtesy.HostBook()
     buffer, allocate, placed = book.place([(0, 1000), (1, 10)])
     assert (buffer, allocate, placed) == (0, 1 << 20, [(0, 0), (1, 1024)])
     book.restored([0, 1])
@@ -337,3 +337,39 @@ def test_a_yield_from_a_finaliser_says_what_it_cannot_see(script):
     )
     assert "no CUDA tensors to move" in out
     assert "Incomplete: the report was made during a garbage collection" in out
+
+
+def test_reports_print_their_fields():
+    # Rendered in Rust from the dataclass's fields (one JSON crossing): what moved, per
+    # device what stayed and why (five reasons at most), and why the walk may have missed
+    # tensors; the same text the Python formatting printed before.
+    from memlab_rs import RestoreReport, YieldReport
+
+    report = YieldReport(
+        moved_storages=3,
+        moved_bytes=4 << 20,
+        seconds=0.002,
+        still_allocated={"cuda:0": 3 << 20, "cuda:1": 5},
+        unmovable={"cuda:0": [(f"a sparse tensor ({i},)", 1 << 18) for i in range(7)]},
+        invisible_bytes={"cuda:0": 1 << 20},
+        reserved={"cuda:0": 4 << 20},
+        device_used={"cuda:0": None},
+        incomplete="a collection ran",
+    )
+    reasons = "".join(f"    256.00K: a sparse tensor ({i},)\n" for i in range(5))
+    assert str(report) == (
+        "Courtesy: moved 3 storages, 4.00M, to host memory in 2.0 ms (2.1 GB/s)\n"
+        "  cuda:0: 3.00M still allocated: 1.00M that no Python tensor holds (saved for "
+        "backward, C++ buffers), 1.75M in tensors that cannot move; 4.00M still reserved\n"
+        + reasons
+        + "  cuda:1: 5.00B still allocated: 0.00B that no Python tensor holds (saved for "
+        "backward, C++ buffers), 0.00B in tensors that cannot move; 0.00B still reserved\n"
+        "  Incomplete: a collection ran"
+    )
+    nothing = YieldReport(message="Courtesy: no CUDA tensors to move", incomplete="walk stopped")
+    assert str(nothing) == "Courtesy: no CUDA tensors to move\n  Incomplete: walk stopped"
+    restored = RestoreReport(2, 2 << 20, 0.00125, 1, 9)
+    assert str(restored) == (
+        "Courtesy: restored 2 storages, 2.00M, in 1.2 ms (1.7 GB/s); 1 still on the host"
+    )
+    assert str(RestoreReport()) == "Courtesy: nothing to restore"

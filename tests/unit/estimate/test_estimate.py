@@ -13,8 +13,8 @@ import torch
 
 import memlab_rs
 from memlab_rs import FakeStepError, _core, estimate, max_batch_size
-from memlab_rs._fake_step import _sdpa_backend
 from memlab_rs._sources import cpu_source as _cpu_source
+from memlab_rs.estimation._fake_step import _sdpa_backend
 from memlab_rs.models import TinyGPT
 
 FIXTURES = paths.FIXTURES / "estimate"
@@ -260,70 +260,3 @@ def test_plain_data_html_and_golden_text():
     assert "<table" in est._repr_html_() and "TinyGPT" in est._repr_html_()
     expected = (FIXTURES / "tinygpt_cuda.txt").read_text()
     assert est.text() == expected
-
-
-# Run in fresh interpreters: a fake CUDA forward without a GPU aborts some torch versions.
-FORWARD_ALLOCATIONS = '''
-import contextlib, json, sys
-import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from memlab_rs import _fake_step as fs
-from memlab_rs.models import TinyGPT
-
-
-def forward_allocations(model, x, run_on, emulate):
-    """(op, bytes) of every storage the forward allocates, run on fake `run_on` tensors."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    book = fs.Book("cuda")
-    book.counts = lambda t: t.device.type == run_on
-    book.phase_begin("setup")
-    fake = fs.fake_model(model, mode, torch.device(run_on), None)
-    inputs = fs.fake_inputs(x, mode, torch.device(run_on), None)
-    book.phase_begin("forward 1")
-    kernels = fs._CudaKernels(book) if emulate else contextlib.nullcontext()
-    with mode, kernels, fs._Recorder(book, None):
-        fake(inputs).sum()
-    return [[book.origins[i].split(" (")[0], b] for op, i, b in book.events if op == 0]
-
-
-if __name__ == "__main__":
-    # The token ids go in first (an identity: dropout acts on floats), then dropout.
-    model = torch.nn.Sequential(
-        torch.nn.Identity(),
-        TinyGPT(vocab=100, dim=32, layers=2, heads=4, context=16),
-        torch.nn.Dropout(0.2),
-        torch.nn.GELU(),
-    )
-    x = torch.zeros(2, 8, dtype=torch.long)
-    print(json.dumps(forward_allocations(model, x, sys.argv[1], sys.argv[2] == "1")))
-'''
-
-
-def test_cuda_emulation_on_meta_allocates_what_fake_cuda_tensors_allocate(tmp_path):
-    # Fake CUDA tensors can run a forward without a GPU (not a backward) on recent torch:
-    # there, CUDA's branches of the composite ops are taken by torch itself. The emulation
-    # (meta tensors) must allocate the same.
-    import subprocess
-    import sys
-
-    script = tmp_path / "forward_allocations.py"
-    script.write_text(FORWARD_ALLOCATIONS)
-
-    def run(run_on: str, emulate: bool):
-        return subprocess.run(
-            [sys.executable, str(script), run_on, "1" if emulate else "0"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    emulated = run("meta", True)
-    assert emulated.returncode == 0, emulated.stderr
-    allocations = json.loads(emulated.stdout)
-    assert ["aten.native_dropout.default", 2 * 8 * 100] in allocations  # the 1-byte mask
-    real = run("cuda", False)
-    if real.returncode < 0 and not torch.cuda.is_available():
-        # torch 2.8 aborts (SIGABRT) on a fake CUDA forward without a GPU: no reference.
-        pytest.skip(f"torch {torch.__version__} aborts on fake CUDA tensors without a GPU")
-    assert real.returncode == 0, real.stderr
-    assert allocations == json.loads(real.stdout)

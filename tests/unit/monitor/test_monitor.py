@@ -203,7 +203,8 @@ def test_verbose_feature_maps_per_module():
         mon.record_stats()
     text = out.getvalue()
     assert re.search(r"^  0\.+ +0 MB$|^  0\.+0 MB$", text, re.M)
-    assert mon._details[0][0] == [("0", 8 * 1000 * 4), ("1", 8 * 500 * 4)]
+    (details,) = mon.result().to_data()["details"]
+    assert [tuple(m) for m in details["modules"]] == [("0", 8 * 1000 * 4), ("1", 8 * 500 * 4)]
 
 
 def test_monitor_in_a_worker_thread():
@@ -452,7 +453,7 @@ def test_a_timeout_raised_while_reading_gradients_reaches_the_caller():
         p = torch.ones(4).as_subclass(PythonTensor).requires_grad_()
         p.grad = torch.ones(4)
         params.append(p)
-    tensors = _core.MonitorTensors(-1)
+    tensors = _core.monitor.Tensors(-1)
     tensors.set_model([(p, i) for i, p in enumerate(params)], len(params), set(), set())
     assert tensors.gradients()[1] == [16] * len(params)
     raised, seen = _under_alarms(tensors.gradients)
@@ -460,10 +461,10 @@ def test_a_timeout_raised_while_reading_gradients_reaches_the_caller():
 
 
 def test_a_timeout_raised_while_reading_saved_tensors_reaches_the_caller():
-    hooks = _core.SavedTensorHooks(torch.Tensor)
+    hooks = _core.monitor.SavedTensorHooks(torch.Tensor)
     saved = [torch.ones(4).as_subclass(PythonTensor) for _ in range(2_000)]
     held = [hooks.pack(t) for t in saved]
-    tensors = _core.MonitorTensors(-1)
+    tensors = _core.monitor.Tensors(-1)
     assert tensors.activations(hooks) == 16 * len(saved)
     raised, seen = _under_alarms(lambda: tensors.activations(hooks))
     assert raised > 0 and seen == raised

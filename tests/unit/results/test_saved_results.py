@@ -82,10 +82,12 @@ def test_damaged_estimate_is_refused(tmp_path):
     def bad_category(data):
         data["peak_by_category"]["activation"] = None
 
-    refused(tmp_path, gpt, bad_peak, 'estimate: "peak_allocated" must be int')
-    refused(tmp_path, gpt, bad_steps, '"step_peaks" must be keyed by step numbers')
-    refused(tmp_path, gpt, bad_notes, r'estimate: "notes"\[0\] must be str, got 1')
-    refused(tmp_path, gpt, bad_category, 'estimate peak_by_category: "activation" must be int')
+    refused(tmp_path, gpt, bad_peak, 'peak_allocated: invalid type: string "lots", expected u64')
+    refused(tmp_path, gpt, bad_steps, 'step_peaks: must be keyed by step numbers, got "first"')
+    refused(tmp_path, gpt, bad_notes, r"notes\[0\]: invalid type: integer `1`, expected a string")
+    refused(
+        tmp_path, gpt, bad_category, "peak_by_category.activation: invalid type: null, expected u64"
+    )
 
 
 # -- monitor -------------------------------------------------------------------------------
@@ -189,15 +191,15 @@ def test_damaged_monitor_result_is_refused(tmp_path):
     def bad_module(data):
         data["details"][0]["modules"][0] = ["blocks.0", "big"]
 
-    refused(tmp_path, result, short_grads, r"monitor details 0: \d+ gradient counts for \d+ rows")
-    refused(tmp_path, result, no_notice, 'monitor row 1: no "notice" field')
-    refused(tmp_path, result, bad_layout, 'monitor details 2: "layout" 7 is not one of 1 layouts')
-    refused(tmp_path, result, lost_details, "monitor: 4 details for 5 rows")
+    refused(tmp_path, result, short_grads, r"details\[0\]\.grads: \d+ gradient counts for \d+ rows")
+    refused(tmp_path, result, no_notice, r"rows\[1\]: missing field `notice`")
+    refused(tmp_path, result, bad_layout, r"details\[2\]\.layout: 7 is not one of 1 layouts")
+    refused(tmp_path, result, lost_details, "details: 4 details for 5 rows")
     refused(
         tmp_path,
         result,
         bad_module,
-        r"monitor details 0: \"modules\"\[0\]\[1\] must be int, got 'big'",
+        r'details\[0\]\.modules\[0\]\[1\]: invalid type: string "big", expected i64',
     )
 
 

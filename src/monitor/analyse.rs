@@ -17,12 +17,16 @@
 //!
 //! `other` = allocated at the boundary - the known categories. By construction the seven
 //! categories sum to the window's peak exactly.
+//!
+//! A window arrives as the monitor's Python side wrote it (`record.rs`): `[kind, start, end,
+//! peak]`, each boundary `[allocated, parameter, buffer, gradient, optimizer_state,
+//! activation]`.
 
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
+use serde::Deserialize;
 
 /// What was live at a window boundary, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "[i64; 6]")]
 pub struct Boundary {
     pub allocated: i64,
     pub parameter: i64,
@@ -32,8 +36,8 @@ pub struct Boundary {
     pub activation: i64,
 }
 
-impl Boundary {
-    fn from_array(v: [i64; 6]) -> Self {
+impl From<[i64; 6]> for Boundary {
+    fn from(v: [i64; 6]) -> Self {
         Self {
             allocated: v[0],
             parameter: v[1],
@@ -45,7 +49,10 @@ impl Boundary {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a window is in the step: up to a backward start (or the record, without backward),
+/// within a backward, or from a backward's end to the record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     Forward,
     Backward,
@@ -53,24 +60,22 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn parse(name: &str) -> PyResult<Self> {
-        match name {
-            "forward" => Ok(Kind::Forward),
-            "backward" => Ok(Kind::Backward),
-            "optimizer" => Ok(Kind::Optimizer),
-            other => Err(PyValueError::new_err(format!(
-                "window kind must be 'forward', 'backward' or 'optimizer', got {other:?}"
-            ))),
+    /// The name a row's `peak_window` holds.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Forward => "forward",
+            Kind::Backward => "backward",
+            Kind::Optimizer => "optimizer",
         }
     }
 }
 
-/// Bytes by category at a window's peak, in `_categories.CATEGORIES` order: parameter,
-/// buffer, gradient, activation, temporary, optimizer_state, other.
+/// Bytes by category at a window's peak, in `results::categories::CATEGORIES` order:
+/// parameter, buffer, gradient, activation, temporary, optimizer_state, other.
 pub type Categories = [i64; 7];
 
 /// One window: its kind, what was live at its start and end, and its peak allocated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub struct Window {
     pub kind: Kind,
     pub start: Boundary,
@@ -138,29 +143,6 @@ pub fn iteration(windows: &[Window]) -> Option<(usize, Categories, bool)> {
     let best = best?;
     let (categories, inexact) = categorize(&windows[best]);
     Some((best, categories, inexact))
-}
-
-type WindowTuple = (String, [i64; 6], [i64; 6], i64);
-
-/// `(peak window index, categories, inexact)` of an iteration's windows, each `(kind,
-/// start, end, peak)` with boundaries as (allocated, parameter, buffer, gradient,
-/// optimizer_state, activation). None without windows.
-#[pyfunction]
-pub fn _monitor_iteration(
-    windows: Vec<WindowTuple>,
-) -> PyResult<Option<(usize, Categories, bool)>> {
-    let parsed = windows
-        .into_iter()
-        .map(|(kind, start, end, peak)| {
-            Ok(Window {
-                kind: Kind::parse(&kind)?,
-                start: Boundary::from_array(start),
-                end: Boundary::from_array(end),
-                peak,
-            })
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(iteration(&parsed))
 }
 
 #[cfg(test)]
@@ -231,6 +213,29 @@ mod tests {
     fn known_above_allocated_is_flagged() {
         let w = win(Kind::Forward, at(0, 0, 0, 0), at(50, 0, 0, 0), 50);
         assert!(categorize(&w).1);
+    }
+
+    #[test]
+    fn windows_read_as_the_monitor_writes_them() {
+        let windows: Vec<Window> = crate::results::from_json(
+            r#"[["forward", [200, 100, 10, 0, 0, 0], [600, 100, 10, 0, 0, 300], 650],
+                ["backward", [600, 100, 10, 0, 0, 300], [300, 100, 10, 100, 0, 0], 750]]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            windows[0],
+            win(Kind::Forward, at(200, 0, 0, 0), at(600, 0, 0, 300), 650)
+        );
+        assert_eq!(windows[1].kind.name(), "backward");
+        let err = crate::results::from_json::<Vec<Window>>(
+            r#"[["sideways", [0,0,0,0,0,0], [0,0,0,0,0,0], 0]]"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("[0][0]: unknown variant `sideways`"),
+            "{err}"
+        );
     }
 
     #[test]

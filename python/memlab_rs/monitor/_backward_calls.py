@@ -22,7 +22,7 @@ Each listener hears the backward's roots: the autograd node of each tensor it st
 (None for a tensor without one), where a listener can put hooks for that backward.
 
 >>> import torch
->>> from memlab_rs import _backward_calls
+>>> from memlab_rs.monitor import _backward_calls
 >>> class Printer:
 ...     def backward_start(self, roots):
 ...         print("start", [type(r).__name__ for r in roots])

@@ -12,112 +12,24 @@ tensors Python cannot see, and re-pointing a tensor such a graph saved makes tha
 fail its version check.
 
 The storage records (where each storage sits in which pinned buffer, what is left to bring
-back) live in the Rust core (``_core.HostBook``); this module does the torch calls.
+back) live in the Rust core (``_core.courtesy.HostBook``); this module does the torch calls.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-import signal
-import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import _args, _core, _torch
-from ._core import readable_size
+from .. import _core, _torch
+from .._core import readable_size
+from .reports import CourtesyRestoreError, RestoreReport, YieldReport
 
 log = logging.getLogger("memlab_rs.courtesy")
-
-
-@dataclass
-class YieldReport:
-    """What a ``yield_memory()`` moved, and what stayed on the GPU and why."""
-
-    moved_storages: int = 0
-    moved_bytes: int = 0
-    seconds: float = 0.0
-    #: per device: ``torch.cuda.memory_allocated()`` after the yield (all of it unmoved)
-    still_allocated: dict[str, int] = field(default_factory=dict)
-    #: per device: bytes of tensors Python can see that could not be moved, and why
-    unmovable: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    #: per device: allocated bytes no visible tensor accounts for (autograd's saved
-    #: tensors, C++ buffers, other libraries using torch's allocator)
-    invisible_bytes: dict[str, int] = field(default_factory=dict)
-    #: per device: what the caching allocator still reserves after ``empty_cache()``
-    reserved: dict[str, int] = field(default_factory=dict)
-    #: per device: memory in use on the device by every process, from the driver
-    device_used: dict[str, int | None] = field(default_factory=dict)
-    message: str = ""
-    #: why the walk that found the tensors may have missed some (None when it did not):
-    #: a tensor it missed keeps its CUDA memory
-    incomplete: str | None = None
-
-    @property
-    def gb_per_s(self) -> float:
-        """Moved bytes per second, in GB/s."""
-        return self.moved_bytes / self.seconds / 1e9 if self.seconds else 0.0
-
-    def __str__(self) -> str:
-        if self.message:
-            return self.message + (f"\n  Incomplete: {self.incomplete}" if self.incomplete else "")
-        lines = [
-            f"Courtesy: moved {self.moved_storages} storages, "
-            f"{readable_size(self.moved_bytes)}, to host memory in {self.seconds * 1e3:.1f} ms "
-            f"({self.gb_per_s:.1f} GB/s)"
-        ]
-        for device, allocated in self.still_allocated.items():
-            lines.append(
-                f"  {device}: {readable_size(allocated)} still allocated: "
-                f"{readable_size(self.invisible_bytes.get(device, 0))} that no Python tensor "
-                f"holds (saved for backward, C++ buffers), "
-                f"{readable_size(sum(b for _, b in self.unmovable.get(device, [])))} in "
-                f"tensors that cannot move; {readable_size(self.reserved.get(device, 0))} "
-                "still reserved"
-            )
-            for reason, nbytes in self.unmovable.get(device, [])[:5]:
-                lines.append(f"    {readable_size(nbytes)}: {reason}")
-        if self.incomplete:
-            lines.append(f"  Incomplete: {self.incomplete}")
-        return "\n".join(lines)
-
-
-@dataclass
-class RestoreReport:
-    """What a ``restore()`` brought back."""
-
-    restored_storages: int = 0
-    restored_bytes: int = 0
-    seconds: float = 0.0
-    remaining_storages: int = 0
-    remaining_bytes: int = 0
-
-    @property
-    def gb_per_s(self) -> float:
-        """Restored bytes per second, in GB/s."""
-        return self.restored_bytes / self.seconds / 1e9 if self.seconds else 0.0
-
-    def __str__(self) -> str:
-        if not self.restored_storages and not self.remaining_storages:
-            return "Courtesy: nothing to restore"
-        return (
-            f"Courtesy: restored {self.restored_storages} storages, "
-            f"{readable_size(self.restored_bytes)}, in {self.seconds * 1e3:.1f} ms "
-            f"({self.gb_per_s:.1f} GB/s); {self.remaining_storages} still on the host"
-        )
-
-
-class CourtesyRestoreError(RuntimeError):
-    """``restore()`` could not bring everything back (the GPU is still too full). Every
-    tensor is valid, on the GPU or on the host; call ``restore()`` again later."""
-
-    def __init__(self, message: str, report: RestoreReport):
-        super().__init__(message)
-        self.report = report
 
 
 def _movable(tensor: torch.Tensor) -> str | None:
@@ -162,7 +74,7 @@ class Courtesy:
         # Tests: move CPU storages through the same steps, and only those of `_only`.
         self._allow_cpu = _allow_cpu
         self._only = _only  # a list the test may change between calls
-        self._book = _core.HostBook()
+        self._book = _core.courtesy.HostBook()
         self._buffers: list[torch.Tensor] = []
         # record -> (device, [(weak tensor, offset, size, stride)])
         self._moved: dict[int, tuple[torch.device, list[tuple[Any, Any, Any, Any]]]] = {}
@@ -470,160 +382,3 @@ def _storage_bytes(tensor: torch.Tensor) -> int:
         return tensor.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):
         return 0
-
-
-class Preemption:
-    """Yield the GPU when a signal asks for it, at a safe point of your loop.
-
-    Signal handlers only set flags; ``checkpoint()``, called between training steps, does
-    the work: when the yield signal came, it moves the GPU state to host memory, waits for
-    the restore signal, brings everything back and returns the yield's report. Otherwise
-    it returns None at once.
-
-    A restore that finds the GPU still too full is tried again after ``retry_seconds``,
-    the wait doubling each time up to ``max_retry_seconds``, at most ``max_retries``
-    times and, when ``deadline_seconds`` is set, no later than that many seconds after the
-    first try. Each failed try is logged (``memlab_rs.courtesy`` logger, WARNING); when
-    none is left, ``checkpoint()`` raises ``CourtesyRestoreError`` saying what is still on
-    the host. Every tensor stays valid: ``courtesy.restore()`` may be called again later.
-    The defaults (5 s doubling to 60 s, 12 retries) give up after about 9 minutes.
-
-        preemption = memlab_rs.courtesy.on_signal()      # SIGUSR1 yields, SIGUSR2 restores
-        for batch in loader:
-            train_step(batch)
-            preemption.checkpoint()
-    """
-
-    def __init__(
-        self,
-        courtesy: Courtesy | None = None,
-        yield_signal: int = signal.SIGUSR1,
-        restore_signal: int = signal.SIGUSR2,
-        retry_seconds: float = 5.0,
-        *,
-        max_retries: int = 12,
-        max_retry_seconds: float = 60.0,
-        deadline_seconds: float | None = None,
-    ):
-        self.courtesy = courtesy or Courtesy()
-        self.retry_seconds = _seconds(retry_seconds, "retry_seconds")
-        self.max_retry_seconds = _seconds(max_retry_seconds, "max_retry_seconds")
-        if not _is_index(max_retries):
-            raise TypeError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        self.max_retries = operator.index(max_retries)
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        self.deadline_seconds = (
-            None if deadline_seconds is None else _seconds(deadline_seconds, "deadline_seconds")
-        )
-        self._yield = threading.Event()
-        self._restore = threading.Event()
-        self._signals = (yield_signal, restore_signal)
-        self._previous = {
-            yield_signal: signal.signal(yield_signal, lambda *_: self._yield.set()),
-            restore_signal: signal.signal(restore_signal, lambda *_: self._restore.set()),
-        }
-
-    def checkpoint(self, timeout: float | None = None) -> YieldReport | None:
-        """Yield, wait for the restore signal (at most ``timeout`` seconds) and restore, if
-        a yield was asked for; else return None at once. Raises ``CourtesyRestoreError``
-        when the restore still fails after the retries (see the class)."""
-        if not self._yield.is_set():
-            return None
-        self._yield.clear()
-        report = self.courtesy.yield_memory()
-        self._restore.wait(timeout)
-        self._restore.clear()
-        self._restore_with_retries()
-        return report
-
-    def _restore_with_retries(self) -> None:
-        start = time.monotonic()
-        delay = self.retry_seconds
-        tries = 0
-        while True:
-            tries += 1
-            failure = self._try_restore()
-            if failure is None:
-                if tries > 1:
-                    log.info("Courtesy: restore succeeded on try %d", tries)
-                return
-            storages, nbytes = self.courtesy.on_host
-            elapsed = time.monotonic() - start
-            out_of_tries = tries > self.max_retries
-            past_deadline = (
-                self.deadline_seconds is not None and elapsed + delay > self.deadline_seconds
-            )
-            if out_of_tries or past_deadline:
-                why = (
-                    f"{self.max_retries} retries"
-                    if out_of_tries
-                    else f"the {self.deadline_seconds:g} s deadline"
-                )
-                try:
-                    raise CourtesyRestoreError(
-                        f"Preemption.checkpoint(): restore failed {tries} times in "
-                        f"{elapsed:.1f} s ({why} used up); still on the host: {storages} "
-                        f"storages, {readable_size(nbytes)} ({nbytes} bytes). Every tensor is "
-                        "still valid (those not restored live in host memory); free GPU memory "
-                        f"and call restore() again. Last error: {failure}",
-                        failure.report,
-                    ) from failure
-                finally:
-                    failure = None  # no cycle through this frame (see restore())
-            log.warning(
-                "Courtesy: restore try %d of %d failed, %d storages (%s) still on the host; "
-                "next try in %.1f s: %s",
-                tries,
-                self.max_retries + 1,
-                storages,
-                readable_size(nbytes),
-                delay,
-                str(failure),  # a string: a kept log record must not keep the traceback
-            )
-            failure = None
-            time.sleep(delay)
-            delay = min(delay * 2, self.max_retry_seconds)
-
-    def _try_restore(self) -> CourtesyRestoreError | None:
-        """``restore()``, its error returned rather than raised."""
-        try:
-            self.courtesy.restore()
-        except CourtesyRestoreError as error:
-            return error
-        return None
-
-    def close(self) -> None:
-        """Put back the signal handlers that were there before."""
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def __enter__(self) -> Preemption:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
-
-def _seconds(value: Any, name: str) -> float:
-    """A finite number of seconds >= 0 (an infinite wait would be an OverflowError in
-    ``time.sleep`` much later, far from the argument that caused it)."""
-    return _args.number(value, name, maximum=threading.TIMEOUT_MAX, what="a number of seconds")
-
-
-def on_signal(
-    yield_signal: int = signal.SIGUSR1,
-    restore_signal: int = signal.SIGUSR2,
-    courtesy: Courtesy | None = None,
-    **retries: Any,
-) -> Preemption:
-    """Install handlers: ``yield_signal`` asks to give the GPU back at the next
-    ``checkpoint()``, ``restore_signal`` to take it again (see ``Preemption``, whose
-    ``retry_seconds``, ``max_retries``, ``max_retry_seconds`` and ``deadline_seconds``
-    ``retries`` may set).
-
-    >>> with on_signal() as preemption:
-    ...     preemption.checkpoint() is None
-    True
-    """
-    return Preemption(courtesy, yield_signal, restore_signal, **retries)

@@ -38,13 +38,13 @@ struct Slot {
 }
 
 /// What autograd holds for one saved tensor while the monitor's hooks are installed.
-#[pyclass(module = "memlab_rs._core", frozen)]
+#[pyclass(module = "memlab_rs._core.monitor", frozen)]
 pub struct SavedHeld {
     slot: Arc<Slot>,
 }
 
 /// The pack/unpack pair and the log of what it saved.
-#[pyclass(module = "memlab_rs._core", frozen)]
+#[pyclass(module = "memlab_rs._core.monitor", frozen)]
 pub struct SavedTensorHooks {
     /// The pair chained under this one, set each time the monitor pushes it.
     outer: RwLock<Option<(Py<PyAny>, Py<PyAny>)>>,

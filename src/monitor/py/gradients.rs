@@ -160,7 +160,7 @@ enum Edge {
 static NEXT_NODE: AtomicUsize = AtomicUsize::new(0);
 
 /// The gradients of one backward (and of backwards run inside it) on one device.
-#[pyclass(module = "memlab_rs._core", frozen, weakref)]
+#[pyclass(module = "memlab_rs._core.monitor", frozen, weakref)]
 pub struct GradientLog {
     device: i64,
     log: Mutex<Log>,
@@ -359,7 +359,7 @@ fn is_leaf_node(node: &Bound<'_, PyAny>) -> bool {
 
 /// The post-hook on one node: torch calls it with (the gradients the node returned, the
 /// gradients it received) when the node has returned.
-#[pyclass(module = "memlab_rs._core", frozen)]
+#[pyclass(module = "memlab_rs._core.monitor", frozen)]
 pub struct GradientNodeHook {
     log: Py<GradientLog>,
     /// This node's number in the walk.

@@ -1,6 +1,6 @@
 """Running a training step on fake tensors and recording every storage's birth and death.
 
-The estimate's collector (``estimate.py`` is its public side, ``src/estimate`` its analysis):
+The estimate's collector (``estimator.py`` is its public side, ``src/estimate`` its analysis):
 
 - the model is copied with every parameter and buffer replaced by a fake tensor
   (``FakeTensorMode``: shapes, dtypes and storages, no data), so the user's model is never
@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ._categories import CATEGORIES
+from .._categories import CATEGORIES
 
 ALLOC, FREE, PHASE = 0, 1, 2
 # The replay's categories: the shared ones, then two reported under "other" but kept apart:

@@ -7,17 +7,17 @@ same block line for line and makes every number exact (definitions in docs/guide
 
 How it measures (one iteration = from one ``record_stats()`` to the next):
 
-- The allocator (``_core.MonitorSource``: CUDA's caching allocator, or the CPU source) is
+- The allocator (``_core.monitor.Source``: CUDA's caching allocator, or the CPU source) is
   sampled at each boundary, and its peaks are reset there, so each window between two
   boundaries has an exact peak. Boundaries: ``record_stats()``, each backward start and
-  each backward end (``torch.autograd.backward``/``grad`` wrapped: ``_backward_calls.py``).
-- Saved activations: a ``saved_tensors_hooks`` pair (``_core.SavedTensorHooks``, in Rust:
-  torch calls it for every saved tensor), pushed as the default hooks on the training
+  each backward end (``torch.autograd.backward``/``grad`` wrapped: ``_backward_calls``).
+- Saved activations: a ``saved_tensors_hooks`` pair (``_core.monitor.SavedTensorHooks``, in
+  Rust: torch calls it for every saved tensor), pushed as the default hooks on the training
   thread for the iterations the monitor *measures*. Pack wraps what autograd must hold (a
   leaf as is, anything else as ``t.detach()``: returning ``t`` itself would make a
   reference cycle through ``t.grad_fn``) in an object only autograd holds, and logs it
   weakly, so "saved storages alive" is read exactly at any boundary
-  (``src/monitor/saved.rs``). A pair on top of the stack when ours is pushed
+  (``src/monitor/py/saved.rs``). A pair on top of the stack when ours is pushed
   (``save_on_cpu`` around the whole loop, say) is chained: its pack runs first, and what it
   returns is what autograd holds.
 - Which iterations are measured (``feature_maps="auto"``): torch's hook mechanism costs
@@ -34,22 +34,25 @@ How it measures (one iteration = from one ``record_stats()`` to the next):
   iteration's feature maps unmeasured (``n/a``, said in its notice) and measures the next.
   ``feature_maps="every"`` keeps the hooks on throughout.
 - Intermediate gradients: in a measured iteration, each backward's start puts a post-hook
-  on every node of its graph (``_core.GradientLog``, ``src/monitor/gradients.rs``) and its
-  end takes them off: a node's hook samples the gradients it received and returned and
-  those waiting in later nodes' input buffers (known from the graph's edges, each storage
-  by its base address; no storage object is made, which would stop torch summing
+  on every node of its graph (``_core.monitor.GradientLog``, ``src/monitor/py/gradients.rs``)
+  and its end takes them off: a node's hook samples the gradients it received and returned
+  and those waiting in later nodes' input buffers (known from the graph's edges, each
+  storage by its base address; no storage object is made, which would stop torch summing
   gradients in place and change what a measured iteration allocates); those that go to a
   leaf's ``AccumulateGrad`` are left out.
 - At each boundary the known tensors are read in one Rust call each
-  (``_core.MonitorTensors``, ``src/monitor/live.rs``): parameter gradients and live saved
+  (``_core.monitor.Tensors``, ``src/monitor/py/live.rs``): parameter gradients and live saved
   storages; parameters and buffers (their storages cached and re-validated by data pointer
   at each record) and optimizer state (cached while its tensors are the same objects) are
-  handed to it when they change. Each storage once, on the monitored device only. The Rust
-  analysis (``src/monitor/windows.rs``) turns the windows into categories at the peak.
+  handed to it when they change. Each storage once, on the monitored device only.
+- At each record the iteration's figures go to the record (``_core.monitor.Recorder``,
+  ``src/monitor/record.rs``) once, as JSON: the Rust analysis (``src/monitor/analyse.rs``)
+  turns the windows into categories at the peak, and the block is printed from the record.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -58,23 +61,11 @@ from typing import Any, NamedTuple, TextIO
 
 import torch
 
-from . import _backward_calls, _core, _module_hooks, _torch, results
-from ._categories import CATEGORIES
-from .monitor_result import MonitorResult
+from .. import _core, _module_hooks, results
+from . import _backward_calls, _hook_stack, _model
+from .result import MonitorResult, dataframe, rendered
 
-_autograd = torch._C._autograd
-
-
-def _storage_of(t: torch.Tensor, device_index: int) -> tuple[int, int] | None:
-    """(storage address, bytes) of a tensor on the monitored device, else None."""
-    try:
-        if t.get_device() != device_index or t.is_meta:
-            return None
-        s = t.untyped_storage()
-        ptr = s.data_ptr()
-        return (ptr, s.nbytes()) if ptr else None
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None  # sparse, nested or a wrapper subclass: no storage of its own
+_rust = _core.monitor
 
 
 class MemoryMonitor:
@@ -113,7 +104,7 @@ class MemoryMonitor:
         file: TextIO | None = None,
         feature_maps: str = "auto",
     ) -> None:
-        _check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
+        _model.check_arguments(model, print_period, csv, optimizer, verbose, csv_dir, file)
         if feature_maps not in ("auto", "every"):
             raise ValueError(
                 f"memory_profiler: feature_maps must be 'auto' (measure saved tensors while "
@@ -125,26 +116,22 @@ class MemoryMonitor:
         self._print_period = int(print_period)
         self._verbose = verbose
         self._file = file
-        self._device = _monitored_device(model, device)
+        self._device = _model.monitored_device(model, device)
         self._device_index = -1 if self._device == "cpu" else int(self._device[5:])
         self._device_type = "cpu" if self._device == "cpu" else "cuda"
         self.iteration = 0
         self.epoch = 1
-        self.records: list[dict[str, Any]] = []
-        # Per record: (feature maps per module, row names, row bytes, row gradient bytes).
-        self._details: list[tuple[list[tuple[str, int]], Any, list[int], list[int]]] = []
+        self._last_unmeasured = False  # the last iteration recorded took no feature maps
         self._stopped = False
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
         self._param_key: list[int] | None = None
         self._rows: list[tuple[str, list[torch.nn.Parameter], int]] = []
-        # The rows as the renderer takes them: replaced (never mutated) when rows change.
-        self._row_names: Any = _core.MonitorRowNames([])
         self._row_bytes: list[int] = []
         self._no_grads: list[int] = []
         self._param_bytes = 0
         self._param_ptrs: set[int] = set()
-        self._tensors: Any = _core.MonitorTensors(self._device_index)
+        self._tensors: Any = _rust.Tensors(self._device_index)
         self._buffer_bytes = 0
         self._buffer_ptrs: set[int] = set()
         self._buffer_key: list[int] | None = None
@@ -184,18 +171,21 @@ class MemoryMonitor:
         self._intermediate = 0
         self._intermediate_incomplete = False
         self._intermediate_figure: int | None = None
-        self._source: Any = _core.MonitorSource(self._device)
-        # The record every rendering reads (text, CSV, plots): it shares ``records`` and
-        # ``_details``, so ``result()`` is a copy of it, and a loaded result renders alike.
-        csv_names = [name for name, _ps, _n in _param_rows(model)]
-        self._result = MonitorResult(
-            self._device, verbose, self._print_period, csv_names, self.records, self._details
-        )
+        self._source: Any = _rust.Source(self._device)
+        # The record every rendering reads (text, CSV, plots), in Rust: ``result()`` is its
+        # data, so a loaded result renders as this monitor printed.
+        head = {
+            "device": self._device,
+            "verbose": verbose,
+            "print_period": self._print_period,
+            "csv_names": [name for name, _ps, _n in _model.param_rows(model)],
+        }
+        self._recorder: Any = _rust.Recorder(json.dumps(head))
         self._csv_path: str | None = None
         if csv:
             self._csv_path = self._open_csv(os.fspath(csv_dir))
         stack = self._module_stack if self._verbose else None
-        self._hooks = _core.SavedTensorHooks(torch.Tensor, stack)
+        self._hooks = _rust.SavedTensorHooks(torch.Tensor, stack)
         # Bound once: the pair on top of the stack is recognised as ours by identity.
         self._pack, self._unpack = self._hooks.pack, self._hooks.unpack
         if verbose:
@@ -254,7 +244,7 @@ class MemoryMonitor:
             self._stopped = True
             if not self._pop_hooks() and self._pushed_on is not None:
                 # Left on: inert (it only chains) until it surfaces, and is popped then.
-                _left_inert(self._pushed_on, self._pack, self._unpack)
+                _hook_stack.left_inert(self._pushed_on, self._pack, self._unpack)
             _backward_calls.remove(self)
             for handle in self._grad_handles:
                 handle.remove()
@@ -284,24 +274,36 @@ class MemoryMonitor:
         """The record so far as data (later iterations leave it as it is): it renders as
         this monitor does, and saves as a ``monitor`` result file (``save``)."""
         with self._lock:
-            return self._result._snapshot(results.run_meta(self._device))
+            data = self._recorder.data()
+        result: MonitorResult = MonitorResult._from_json(data, results.run_meta(self._device))
+        return result
 
     def rows(self) -> list[dict[str, Any]]:
         """One plain dict per recorded iteration (bytes; keys in docs/guide.md)."""
-        return self._result.rows()
+        with self._lock:
+            data = self._recorder.data()
+        rows: list[dict[str, Any]] = json.loads(data)["rows"]
+        return rows
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The recorded rows, as ``rows()`` gives them."""
+        return self.rows()
 
     def to_dataframe(self) -> Any:
         """The rows as a pandas DataFrame (needs pandas)."""
-        return self._result.to_dataframe()
+        return dataframe(self.rows())
 
     def text(self, iteration: int | None = None) -> str:
         """The original's block for one recorded iteration: ``iteration`` is the ``step``
         of a row (1, 2, ... over the monitor's life); None means the latest."""
-        return self._result.text(iteration)
+        with self._lock:
+            return rendered(self._recorder.render, "text", "text", iteration=iteration)
 
     def plot_html(self) -> str:
         """Memory per iteration by category as one self-contained HTML fragment."""
-        return self._result.plot_html()
+        with self._lock:
+            return str(self._recorder.render("html", "{}"))
 
     def _repr_html_(self) -> str:
         return self.plot_html()
@@ -309,7 +311,7 @@ class MemoryMonitor:
     def plot_png(self, path: str | os.PathLike[str]) -> None:
         """Save memory per iteration by category (stacked bars, MB) as a PNG (needs
         matplotlib)."""
-        self._result.plot_png(path)
+        self.result().plot_png(path)
 
     @property
     def csv_path(self) -> str | None:
@@ -328,19 +330,19 @@ class MemoryMonitor:
         tensors are logged from now on, until ``_pop_hooks``."""
         if self._pushed_on is not None:
             return
-        _pop_inert()
-        outer = _top_hooks()
+        _hook_stack.pop_inert()
+        outer = _hook_stack.top()
         self._hooks.chain(outer)
         self._chains = outer is not None
         self._chained_now = self._chained_now or self._chains
-        _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+        _hook_stack.push(self._pack, self._unpack)
         self._pushed_on = threading.get_ident()
 
     def _pop_hooks(self) -> bool:
         """Pop our pair if it is on top of this thread's stack; False if it is left on."""
         if self._pushed_on is None:
             return True
-        top = _top_hooks()
+        top = _hook_stack.top()
         if (
             threading.get_ident() != self._pushed_on
             or top is None
@@ -348,9 +350,9 @@ class MemoryMonitor:
             or top[1] is not self._unpack
         ):
             return False  # another thread's stack, or a pair pushed over ours: left on
-        _autograd._pop_saved_tensors_default_hooks()
+        _hook_stack.pop()
         self._pushed_on = None
-        _pop_inert()
+        _hook_stack.pop_inert()
         return True
 
     def _install_module_hooks(self) -> None:
@@ -373,7 +375,7 @@ class MemoryMonitor:
     def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
         """The model's forward pre-hook (``feature_maps="auto"``): note the call's key, and
         turn the hooks on when the measured iteration's call at this place had another."""
-        key = _call_key(args, kwargs, self._model.training, self._device_type)
+        key = _model.call_key(args, kwargs, self._model.training, self._device_type)
         with self._lock:
             if self._stopped:
                 return
@@ -386,7 +388,7 @@ class MemoryMonitor:
                 return
             # Pushing over a pair the user opened since the iteration started would pop
             # theirs when their ``with`` exits: then this iteration stays unmeasured.
-            if self._phase == "forward" and _top_hooks() == self._top_at_start:
+            if self._phase == "forward" and _hook_stack.top() == self._top_at_start:
                 self._start_measuring()
                 self._measured = n == 1 and self._windows == []
 
@@ -412,7 +414,7 @@ class MemoryMonitor:
             self._phase = "backward"
             self._backwards += 1
             if self._pushed_on is not None:  # measured: hooks on the graph's nodes
-                self._grad_log = _core.GradientLog(self._device_index)
+                self._grad_log = _rust.GradientLog(self._device_index)
                 self._grad_handles = self._grad_log.watch(roots)
             return True
 
@@ -458,7 +460,7 @@ class MemoryMonitor:
         gradients) this iteration shows (its own when measured), or None when they are
         unknown; and whether to measure the next."""
         signature = self._signature()
-        step = len(self.records) + 1
+        step = len(self._recorder) + 1
         if self._measured:
             activations = [self._windows[0][1][5]] + [w[2][5] for w in self._windows]
             cal = self._calibration
@@ -505,18 +507,19 @@ class MemoryMonitor:
             self._params = list(self._model.parameters())
             self._buffers = list(self._model.buffers())
         changed = False
-        key = _core._monitor_data_ptrs(self._params)
+        key = _rust.data_ptrs(self._params)
         if key != self._param_key:
             self._param_key = key
-            self._rows = _param_rows(self._model)
-            self._row_names = _core.MonitorRowNames([name for name, _ps, _b in self._rows])
+            self._rows = _model.param_rows(self._model)
             self._row_bytes = [nbytes for _name, _ps, nbytes in self._rows]
+            names = [name for name, _ps, _b in self._rows]
+            self._recorder.set_layout(json.dumps({"names": names, "bytes": self._row_bytes}))
             self._no_grads = [0] * len(self._rows)
             unique = self._storages(self._params, exclude=set())
             self._param_ptrs = set(unique)
             self._param_bytes = sum(unique.values())
             changed = True
-        bkey = _core._monitor_data_ptrs(self._buffers)
+        bkey = _rust.data_ptrs(self._buffers)
         if bkey != self._buffer_key:
             self._buffer_key = bkey
             unique = self._storages(self._buffers, exclude=self._param_ptrs)
@@ -530,7 +533,7 @@ class MemoryMonitor:
     def _storages(self, tensors: list[torch.Tensor], exclude: Any) -> dict[int, int]:
         """{storage address: bytes} of the tensors on the monitored device, each storage
         once, leaving out the addresses in ``exclude``."""
-        found = (_storage_of(t, self._device_index) for t in tensors)
+        found = (_model.storage_of(t, self._device_index) for t in tensors)
         return {f[0]: f[1] for f in found if f is not None and f[0] not in exclude}
 
     def _optimizer_state(self, full: bool) -> int:
@@ -546,7 +549,7 @@ class MemoryMonitor:
         if not full and quick == self._opt_quick:
             return sum(self._opt_state.values())
         self._opt_quick = quick
-        ids = _core._monitor_state_ids(state_dict)
+        ids = _rust.state_ids(state_dict)
         if ids != self._opt_ids:
             values = [v for st in state_dict.values() for v in st.values()]
             self._tensors.gradients()  # the gradient storages now, to exclude them
@@ -562,7 +565,7 @@ class MemoryMonitor:
 
         ``complete=False`` (a record after the backward ended) reads only the allocator and
         the optimizer state: the window it ends is an optimizer window, categorised at its
-        start, of whose end only the optimizer state is read (``src/monitor/windows.rs``),
+        start, of whose end only the optimizer state is read (``src/monitor/analyse.rs``),
         and the next iteration's first window is a forward one, categorised at its end. The
         gradient and activation slots then repeat the backward end's, unread."""
         if complete:
@@ -600,12 +603,11 @@ class MemoryMonitor:
     def _new_iteration(self, start: list[int]) -> None:
         """Start an iteration at ``start``; measure it when the last one was not measured,
         or was measured but not yet twice alike (``_settle_activations``)."""
-        unmeasured = bool(self.records) and self.records[-1]["feature_maps_from"] is None
-        if self._every or self._calibration is None or unmeasured:
+        if self._every or self._calibration is None or self._last_unmeasured:
             self._start_measuring()
         self._measured = self._pushed_on is not None
         self._chained_now = self._measured and self._chains
-        self._top_at_start = _top_hooks()
+        self._top_at_start = _hook_stack.top()
         self._keys = []
         self._counts = []
         self._start = start
@@ -620,52 +622,29 @@ class MemoryMonitor:
         self._intermediate_incomplete = False
 
     def _finish(self, end: list[int], reserved: int, measured_at: int | None) -> None:
-        result = _core._monitor_iteration(self._windows)
-        assert result is not None  # record_stats appended a window
-        best, cats, inexact = result
-        kind, _start, _end, peak = self._windows[best]
-        notice = self._source.notice()
-        if inexact:
-            notice = (notice + " " if notice else "") + (
-                "Known tensors exceeded the allocator's count at a boundary (storages it did "
-                "not allocate): 'other' was clamped to 0."
-            )
-        if self._chained_now:
-            notice = (notice + " " if notice else "") + (
-                "An outer saved-tensor hook pair was chained: feature maps count what it "
-                "returns when that is a tensor on the monitored device."
-            )
-        if measured_at is None:
-            notice = (notice + " " if notice else "") + (
-                "Feature maps were not measured this iteration, nor intermediate gradients: "
-                "its allocations differed from those of the last measured one (activations "
-                "are counted in 'other'). The next iteration is measured."
-            )
-        elif self._intermediate_incomplete:
-            notice = (notice + " " if notice else "") + (
-                "Some gradients had no storage to read (sparse, nested or subclass tensors): "
-                "intermediate gradients leave them out."
-            )
-        record: dict[str, Any] = {
-            "step": len(self.records) + 1,
+        """Hand the iteration to the record, once: the Rust side finds its peak window,
+        categorises it and writes the notice (``src/monitor/record.rs``)."""
+        iteration = {
             "epoch": self.epoch,
             "iteration": self.iteration,
             "peak_cached": self._peak_reserved,
             "current_cached": reserved,
             "feature_maps": (self._feature_maps or 0) if measured_at is not None else None,
             "feature_maps_from": measured_at,
-            "weight_usage": sum(self._row_bytes),
-            "weight_gradient_usage": sum(self._grads),
             "intermediate_gradients": self._intermediate_figure,
             "optimizer_state_usage": end[4] if self._optimizer is not None else None,
-            "peak_allocated": peak,
-            "peak_window": kind,
             "backward_passes": self._backwards,
+            "windows": self._windows,
+            "modules": self._modules,
+            "grads": self._grads,
+            "notices": {
+                "source": self._source.notice(),
+                "chained": self._chained_now,
+                "gradients_incomplete": self._intermediate_incomplete,
+            },
         }
-        record.update(zip(CATEGORIES, cats))
-        record["notice"] = notice
-        self.records.append(record)
-        self._details.append((self._modules, self._row_names, self._row_bytes, self._grads))
+        self._recorder.push(json.dumps(iteration))
+        self._last_unmeasured = measured_at is None
 
     # ----- CSV --------------------------------------------------------------------------
 
@@ -673,14 +652,15 @@ class MemoryMonitor:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, datetime.now().strftime("%Y%m%d%H%M%S") + ".csv")
         with open(path, "w") as f:
-            f.write(self._result.csv_header())
+            f.write(self._recorder.render("csv", '{"header": true}'))
         print(f"Logging data in {path}", file=self._file or sys.stdout)
         return path
 
     def _write_csv_row(self) -> None:
         assert self._csv_path is not None
+        row = self._recorder.render("csv", json.dumps({"iteration": len(self._recorder)}))
         with open(self._csv_path, "a") as f:
-            f.write(self._result.csv_row())
+            f.write(row)
 
     def _check_running(self, what: str) -> None:
         if self._stopped:
@@ -699,144 +679,6 @@ class _Calibration(NamedTuple):
     chained: bool
     intermediate: int  # intermediate gradients
     intermediate_incomplete: bool
-
-
-_SCALARS = (int, float, bool, str, type(None))
-
-
-def _autocast(device_type: str) -> tuple[bool, Any]:
-    """Whether autocast is on for ``device_type``, and its dtype."""
-    try:  # torch >= 2.4
-        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
-    except (TypeError, AttributeError):  # older torch: one function per device type
-        if device_type == "cuda":
-            return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
-        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-
-
-def _call_key(args: Any, kwargs: Any, training: bool, device_type: str) -> tuple[Any, ...]:
-    """What a forward call's allocations depend on that can be read before it runs: each
-    tensor's shape, dtype, device and requires_grad, scalars' values, containers' lengths
-    (three levels deep), other arguments' types, the training flag, grad mode and autocast
-    on the monitored device type."""
-    key: list[Any] = [training, torch.is_grad_enabled(), _autocast(device_type)]
-
-    def add(value: Any, depth: int) -> None:
-        if isinstance(value, torch.Tensor):
-            key.append((value.shape, value.dtype, value.device, value.requires_grad))
-        elif isinstance(value, _SCALARS):
-            key.append(value)
-        elif depth < 3 and isinstance(value, (list, tuple)):
-            key.append(len(value))
-            for item in value:
-                add(item, depth + 1)
-        elif depth < 3 and isinstance(value, dict):
-            key.append(len(value))
-            for name, item in value.items():
-                key.append(name)
-                add(item, depth + 1)
-        else:
-            key.append(type(value))
-
-    add(args, 0)
-    add(kwargs, 0)
-    return tuple(key)
-
-
-def _param_rows(model: torch.nn.Module) -> list[tuple[str, list[Any], int]]:
-    """(names joined by '+', the parameters, storage bytes), one per parameter storage:
-    tied weights once, under all their names."""
-    by_storage: dict[int, tuple[list[str], list[Any], int]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        s = p.untyped_storage()
-        entry = by_storage.setdefault(s.data_ptr(), ([], [], s.nbytes()))
-        if name not in entry[0]:
-            entry[0].append(name)
-        if not any(q is p for q in entry[1]):
-            entry[1].append(p)
-    return [("+".join(n), ps, b) for n, ps, b in by_storage.values()]
-
-
-# The pairs of stopped monitors left on a thread's stack (a pair was over them, or the stop
-# came from another thread), by (thread, pack): inert pass-throughs until they come to the
-# top of that thread's stack, where the next push or pop of a monitor on that thread takes
-# them off. Left there, a later monitor would chain one, and count nothing of what it holds.
-_inert: dict[tuple[int, int], tuple[Any, Any]] = {}
-_inert_lock = threading.Lock()
-
-
-def _left_inert(thread: int, pack: Any, unpack: Any) -> None:
-    with _inert_lock:
-        _inert[(thread, id(pack))] = (pack, unpack)
-
-
-def _pop_inert() -> None:
-    """Pop the stopped monitors' pairs on top of this thread's stack."""
-    thread = threading.get_ident()
-    while True:
-        top = _top_hooks()
-        if top is None:
-            return
-        with _inert_lock:
-            pair = _inert.get((thread, id(top[0])))
-            if pair is None or pair[0] is not top[0] or pair[1] is not top[1]:
-                return
-            del _inert[(thread, id(top[0]))]
-        _autograd._pop_saved_tensors_default_hooks()
-
-
-def _top_hooks() -> tuple[Any, Any] | None:
-    top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
-    if top is None:  # older torch: cannot see an outer pair; documented limitation
-        return None
-    return top(False)
-
-
-def _monitored_device(model: torch.nn.Module, device: Any) -> str:
-    if device is None:
-        first = next(iter(model.parameters()), None)
-        if first is None:
-            return "cpu"
-        device = first.device
-    key = _torch.report_device(device, "device")
-    if key != "cpu" and not key.startswith("cuda:"):
-        raise ValueError(
-            f"memory_profiler: device={device!r}: only 'cpu' and CUDA devices have an "
-            "allocator to read (pass device='cpu' or 'cuda:N')"
-        )
-    return key
-
-
-def _check_arguments(
-    model: Any,
-    print_period: Any,
-    csv: Any,
-    optimizer: Any,
-    verbose: Any,
-    csv_dir: Any,
-    file: Any,
-) -> None:
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"memory_profiler: model must be a torch.nn.Module, got {type(model).__name__}"
-        )
-    if isinstance(print_period, bool) or not isinstance(print_period, int) or print_period < 1:
-        raise ValueError(
-            f"memory_profiler: print_period must be an integer >= 1 (print every N "
-            f"iterations), got {print_period!r}"
-        )
-    for name, value in (("csv", csv), ("verbose", verbose)):
-        if not isinstance(value, bool):
-            raise TypeError(f"memory_profiler: {name} must be True or False, got {value!r}")
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            "memory_profiler: optimizer must be a torch.optim.Optimizer (its state is "
-            f"counted), got {type(optimizer).__name__}"
-        )
-    if not isinstance(csv_dir, (str, os.PathLike)):
-        raise TypeError(f"memory_profiler: csv_dir must be a path, got {csv_dir!r}")
-    if file is not None and not callable(getattr(file, "write", None)):
-        raise TypeError(f"memory_profiler: file must have a write() method, got {file!r}")
 
 
 memory_profiler = MemoryMonitor

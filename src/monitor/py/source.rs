@@ -17,7 +17,7 @@ const NAMES: [&str; 4] = [
 ];
 
 /// Counts that tell two iterations' allocations apart beyond their bytes (the monitor's
-/// iteration signature, `monitor.py`): how many allocations and frees a window made, how
+/// iteration signature, `python/memlab_rs/monitor/`): how many allocations and frees a window made, how
 /// many blocks are live at its end, and the bytes requested (before rounding) live then.
 /// Those a source does not have are left out.
 const COUNTS: [&str; 4] = [
@@ -28,7 +28,7 @@ const COUNTS: [&str; 4] = [
 ];
 
 /// Samples allocated/reserved bytes of one device and resets its peaks after each sample.
-#[pyclass(module = "memlab_rs._core")]
+#[pyclass(module = "memlab_rs._core.monitor", name = "Source")]
 pub struct MonitorSource {
     source: Source,
     /// Indexes of `NAMES` in the source's layout, once it is known.

@@ -15,7 +15,7 @@ use super::saved::{storage, SavedTensorHooks};
 use crate::interrupts::Interruptible;
 
 /// The monitor's known tensors on one device.
-#[pyclass(module = "memlab_rs._core")]
+#[pyclass(module = "memlab_rs._core.monitor", name = "Tensors")]
 pub struct MonitorTensors {
     device: i64,
     /// Distinct parameters, with the index of their row (one row per parameter storage).
@@ -158,7 +158,7 @@ impl MonitorTensors {
 /// The identities of an optimizer's state values (`optimizer.state`: a dict of dicts), in
 /// order: a cheap key, read at every record, that changes when a state tensor is replaced.
 #[pyfunction]
-pub fn _monitor_state_ids(state: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+pub fn state_ids(state: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let mut ids = Vec::new();
     for per_param in state
         .call_method0(intern!(state.py(), "values"))?
@@ -175,7 +175,7 @@ pub fn _monitor_state_ids(state: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
 
 /// Each tensor's `data_ptr()` (a cheap key: it changes when a storage is replaced).
 #[pyfunction]
-pub fn _monitor_data_ptrs(py: Python<'_>, tensors: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<i64>> {
+pub fn data_ptrs(py: Python<'_>, tensors: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<i64>> {
     tensors
         .iter()
         .map(|t| t.call_method0(intern!(py, "data_ptr"))?.extract())

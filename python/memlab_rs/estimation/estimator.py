@@ -4,26 +4,24 @@
 there is an optimizer: the first creates its state), records every storage's allocation and
 free (``_fake_step``), and replays that sequence through a model of the device's allocator
 (``src/estimate``: the CUDA caching allocator's rounding, pools, segments and splitting, or
-the CPU allocator's exact sizes). ``max_batch_size`` searches the largest batch that fits a
-budget over such estimates.
+the CPU allocator's exact sizes). ``max_batch_size`` (``search``) searches the largest batch
+that fits a budget over such estimates.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import json
 import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from . import _args, _core, _torch, results
-from ._categories import CATEGORIES
+from .. import _args, _core, _torch, results
+from .._categories import CATEGORIES
 from ._fake_step import (
     REPLAY_CATEGORIES,
     Book,
@@ -37,135 +35,10 @@ from ._fake_step import (
     fake_model,
     output_tensors,
 )
+from .result import MemoryEstimate
 
-__all__ = ["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"]
+__all__ = ["FakeStepError", "estimate"]
 
-
-@dataclasses.dataclass
-class MemoryEstimate(results.SavedResult):
-    """What one training step needs, in bytes (exact for the modelled allocator).
-
-    ``peak_allocated`` predicts ``torch.cuda.max_memory_allocated()`` (or the CPU source's
-    peak) of the step, starting from the parameters, buffers and inputs already on the
-    device; ``peak_step`` says whether the first step (which creates the optimizer state) or
-    the second, steady one peaks. Every figure is defined in docs/guide.md. ``save(path)``
-    writes an ``estimate`` result file; ``memlab_rs.load`` reads it back, rendering the same.
-
-    >>> import os, tempfile, torch, memlab_rs
-    >>> est = memlab_rs.estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")
-    >>> path = os.path.join(tempfile.mkdtemp(), "estimate.json")
-    >>> est.save(path)
-    >>> memlab_rs.load(path) == est
-    True
-    """
-
-    kind: ClassVar[str] = "estimate"
-
-    model: str
-    device: str
-    dtype: str | None
-    parameters: int
-    buffers: int
-    inputs: int
-    gradients: int
-    optimizer_state: int
-    activations: int
-    intermediates_forward: int
-    intermediates_backward: int
-    peak_allocated: int
-    peak_step: int
-    peak_phase: str
-    peak_by_category: dict[str, int]
-    phase_peaks: dict[str, int]
-    phase_ends: dict[str, int]
-    step_peaks: dict[int, int]
-    peak_reserved: int
-    workspaces: int
-    allocations: int
-    seconds: float
-    notes: list[str]
-    #: Where and when it was made (``results.run_meta``; ``device``: the device modelled).
-    meta: dict[str, Any] = dataclasses.field(
-        default_factory=lambda: results.run_meta(None), compare=False, repr=False
-    )
-
-    @property
-    def activations_at_peak(self) -> int:
-        """Bytes autograd had saved for backward when the peak was reached."""
-        return self.peak_by_category["activation"]
-
-    def _lines(self) -> list[tuple[str, int, str]]:
-        where = f"M (step {self.peak_step}, {self.peak_phase.split()[0]})"
-        return [
-            ("params", self.parameters, "M"),
-            ("intermedite variables", self.intermediates_forward, " M (without backward)"),
-            ("intermedite variables", self.intermediates_backward, " M (with backward)"),
-            ("gradients", self.gradients, "M"),
-            ("optimizer state", self.optimizer_state, "M"),
-            ("activations saved for backward", self.activations, "M"),
-            ("peak allocated", self.peak_allocated, where),
-            ("peak reserved", self.peak_reserved, "M (modelled)"),
-        ]
-
-    def text(self) -> str:
-        """The estimate in Pytorch-Memory-Utils' ``modelsize`` style (10^6-byte M).
-
-        >>> import torch
-        >>> from memlab_rs import estimate
-        >>> est = estimate(torch.nn.Linear(1000, 1000), torch.zeros(8, 1000), device="cpu")
-        >>> print(est.text().splitlines()[0])
-        Model Linear : params: 4.004000M
-        """
-        notes = [*self.notes, f"on {self.device}; every figure is in docs/guide.md"]
-        return _core._estimate_text(self.model, self._lines(), notes)
-
-    def __str__(self) -> str:
-        return self.text().rstrip("\n")  # print() adds the last newline
-
-    def html(self) -> str:
-        """The estimate as a self-contained HTML table (Jupyter shows it)."""
-        return _core._estimate_html(self.model, self._lines(), self.notes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-ready): every field and ``activations_at_peak``.
-
-        >>> import torch
-        >>> from memlab_rs import estimate
-        >>> est = estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")
-        >>> est.to_dict()["parameters"]
-        440
-        """
-        data = self.to_data()
-        data["activations_at_peak"] = self.activations_at_peak
-        return data
-
-    def to_json(self, indent: int | None = 2) -> str:
-        """``to_dict()`` as JSON, ``indent`` spaces a level (None: one line)."""
-        if indent is not None:
-            indent = _args.count(indent, "indent", maximum=64, what="None or an int")
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def to_data(self) -> dict[str, Any]:
-        """The estimate as JSON values (a saved file's ``data``): every field but ``meta``,
-        ``step_peaks`` keyed by the step's number as a string."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del data["meta"]
-        data = copy.deepcopy(data)
-        data["step_peaks"] = {str(k): v for k, v in self.step_peaks.items()}
-        return data
-
-    @classmethod
-    def from_data(cls, data: dict[str, Any], meta: dict[str, Any]) -> MemoryEstimate:
-        """The estimate from a saved file's ``data`` and ``meta`` (checked by ``load``
-        against ``_result_schema.ESTIMATE``)."""
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "meta"]
-        fields = {name: copy.deepcopy(data[name]) for name in names}
-        fields["seconds"] = float(fields["seconds"])
-        fields["step_peaks"] = {int(k): v for k, v in fields["step_peaks"].items()}
-        return cls(**fields, meta=meta)
-
-
-results.register("estimate", MemoryEstimate.from_data)
 
 OptimizerSpec = Callable[..., torch.optim.Optimizer]
 
@@ -344,13 +217,15 @@ def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]
 
 def _result(model, device, dtype, book: Book, steps: int, started: float, notes) -> MemoryEstimate:
     names = book.phase_names
-    r = _core._estimate_replay(
-        "cuda" if book.device_type == "cuda" else "cpu",
-        book.events,
-        book.categories,
-        len(REPLAY_CATEGORIES),
-        len(names),
-    )
+    recording = {
+        "device_type": "cuda" if book.device_type == "cuda" else "cpu",
+        "events": book.events,
+        "categories": book.categories,
+        "n_categories": len(REPLAY_CATEGORIES),
+        "n_phases": len(names),
+    }
+    # The recording crosses once, and the replay's figures come back once.
+    r = json.loads(_core.estimate.replay(json.dumps(recording, separators=(",", ":"))))
     if r["unmatched_frees"]:
         notes.append(f"{r['unmatched_frees']} frees of unknown storages ignored")
     end = {n: dict(zip(REPLAY_CATEGORIES, v)) for n, v in zip(names, r["phase_end_by_category"])}
@@ -434,80 +309,3 @@ def _target(device: str | torch.device) -> torch.device:
     if target.type not in ("cuda", "cpu"):
         raise ValueError(f"device {target} is not modelled: estimate for 'cuda' or 'cpu'")
     return target
-
-
-def max_batch_size(
-    model: torch.nn.Module,
-    make_inputs: Callable[[int], Any],
-    budget: int | str | None = None,
-    *,
-    make_targets: Callable[[int], Any] | None = None,
-    optimizer: OptimizerSpec | None = None,
-    optimizer_kwargs: dict[str, Any] | None = None,
-    loss_fn: Callable[..., torch.Tensor] | None = None,
-    device: str | torch.device = "cuda:0",
-    dtype: torch.dtype | None = None,
-    measure: str = "reserved",
-    limit: int = 1 << 16,
-) -> int:
-    """The largest batch size whose estimated step fits `budget` (0 if none does), at most
-    `limit`.
-
-    `make_inputs(batch)` returns the example inputs for a batch, `make_targets(batch)` the
-    targets `loss_fn(output, targets)` takes (if any). `budget`: bytes, or a size as every
-    size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
-    device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
-    (the modelled segments, what must fit) or ``"allocated"``. Exponential search from 1,
-    then binary search.
-
-    >>> import torch
-    >>> from memlab_rs import max_batch_size
-    >>> max_batch_size(torch.nn.Linear(1000, 1000), lambda b: torch.zeros(b, 1000),
-    ...                budget=20_000_000, device="cpu")
-    1498
-    """
-    _check_step(model, optimizer, optimizer_kwargs, loss_fn)
-    _args.function(make_inputs, "make_inputs", "a function of the batch size")
-    if make_targets is not None:
-        _args.function(make_targets, "make_targets", "a function of the batch size")
-    limit = _args.count(limit, "limit", minimum=1, what="the largest batch size to try, an int")
-    target = _target(device)
-    if measure not in ("reserved", "allocated"):
-        raise ValueError("measure must be 'reserved' or 'allocated'")
-    if budget is not None:
-        budget = _args.size(budget, "budget")
-    else:
-        if target.type != "cuda" or not torch.cuda.is_available():
-            raise ValueError(
-                "no budget given and no GPU to read free memory from: pass budget=<bytes>"
-            )
-        budget = torch.cuda.mem_get_info(target)[0]
-
-    def fits(batch: int) -> bool:
-        est = estimate(
-            model,
-            make_inputs(batch),
-            optimizer=optimizer,
-            optimizer_kwargs=optimizer_kwargs,
-            loss_fn=loss_fn,
-            device=target,
-            dtype=dtype,
-            targets=make_targets(batch) if make_targets is not None else None,
-        )
-        need = est.peak_reserved if measure == "reserved" else est.peak_allocated
-        return need <= budget
-
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    if high > limit:
-        return low
-    while high - low > 1:
-        mid = (low + high) // 2
-        if fits(mid):
-            low = mid
-        else:
-            high = mid
-    return low

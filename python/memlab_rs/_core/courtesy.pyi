@@ -1,0 +1,29 @@
+"""`_core.courtesy`: Courtesy's host book (where each yielded storage sits in the pinned
+buffers) and its reports' text."""
+
+from collections.abc import Sequence
+from typing import final
+
+__all__ = ["HostBook", "restore_text", "yield_text"]
+
+@final
+class HostBook:
+    """Courtesy's host side: pinned buffers and where each moved storage sits."""
+
+    def __new__(cls) -> HostBook: ...
+    def place(
+        self, storages: Sequence[tuple[int, int]]
+    ) -> tuple[int, int, list[tuple[int, int]]]: ...
+    def pending(self) -> list[tuple[int, int, int, int, int]]: ...
+    def restored(self, records: Sequence[int]) -> None: ...
+    def gone(self, records: Sequence[int]) -> None: ...
+    def on_host(self) -> tuple[int, int]: ...
+    def buffers(self) -> list[int]: ...
+    def free_buffers(self) -> list[int]: ...
+    def release_free(self) -> list[int]: ...
+
+def yield_text(report: str) -> str:
+    """A yield's report (``YieldReport``'s fields as JSON) as ``str()`` gives it."""
+
+def restore_text(report: str) -> str:
+    """A restore's report (``RestoreReport``'s fields as JSON) as ``str()`` gives it."""

@@ -1,0 +1,190 @@
+//! The estimate (kind `estimate`): what one training step needs, in bytes, as
+//! `MemoryEstimate`'s fields (docs/guide.md defines each). The serde derive is the saved
+//! file's `data` (the fields in the order schema 1 files hold them) and the schema a loaded
+//! file is checked against; `check` adds the rules between fields.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::results::DataError;
+
+/// One estimate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// The model's class name.
+    pub model: String,
+    /// The device modelled ("cpu", "cuda:0").
+    pub device: String,
+    pub dtype: Option<String>,
+    pub parameters: u64,
+    pub buffers: u64,
+    pub inputs: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub activations: u64,
+    pub intermediates_forward: u64,
+    pub intermediates_backward: u64,
+    pub peak_allocated: u64,
+    pub peak_step: u64,
+    /// The phase of the peak ("forward 1", "backward 2", ...).
+    pub peak_phase: String,
+    /// Bytes per category at the peak (`results::categories::CATEGORIES`).
+    pub peak_by_category: IndexMap<String, u64>,
+    pub phase_peaks: IndexMap<String, u64>,
+    pub phase_ends: IndexMap<String, u64>,
+    /// The peak of each step, keyed by the step's number (as a string: JSON keys are).
+    pub step_peaks: IndexMap<String, u64>,
+    pub peak_reserved: u64,
+    pub workspaces: u64,
+    pub allocations: u64,
+    pub seconds: f64,
+    pub notes: Vec<String>,
+}
+
+impl Estimate {
+    /// The rules the derive cannot state: step numbers as `step_peaks`' keys, a phase of
+    /// the peak that names a phase, the activations at the peak among the categories.
+    pub fn check(&self) -> Result<(), DataError> {
+        let error = |path: &str, message: String| DataError {
+            path: path.to_string(),
+            message,
+        };
+        for key in self.step_peaks.keys() {
+            let digits =
+                !key.is_empty() && key.len() <= 18 && key.bytes().all(|b| b.is_ascii_digit());
+            if !digits {
+                return Err(error(
+                    "step_peaks",
+                    format!("must be keyed by step numbers, got {key:?}"),
+                ));
+            }
+        }
+        if self.peak_phase.trim().is_empty() {
+            return Err(error(
+                "peak_phase",
+                "must name a phase, got an empty one".into(),
+            ));
+        }
+        if !self.peak_by_category.contains_key("activation") {
+            return Err(error("peak_by_category", "has no \"activation\"".into()));
+        }
+        Ok(())
+    }
+
+    /// The estimate read from its JSON text and checked: the derive, then `check`.
+    pub fn from_json(text: &str) -> Result<Self, DataError> {
+        let estimate: Self = crate::results::from_json(text)?;
+        estimate.check()?;
+        Ok(estimate)
+    }
+
+    /// The figures as the modelsize-style lines print them: (what, bytes, what follows).
+    pub fn lines(&self) -> Vec<(&'static str, u64, String)> {
+        let phase = self.peak_phase.split_whitespace().next().unwrap_or("");
+        vec![
+            ("params", self.parameters, "M".into()),
+            (
+                "intermedite variables",
+                self.intermediates_forward,
+                " M (without backward)".into(),
+            ),
+            (
+                "intermedite variables",
+                self.intermediates_backward,
+                " M (with backward)".into(),
+            ),
+            ("gradients", self.gradients, "M".into()),
+            ("optimizer state", self.optimizer_state, "M".into()),
+            (
+                "activations saved for backward",
+                self.activations,
+                "M".into(),
+            ),
+            (
+                "peak allocated",
+                self.peak_allocated,
+                format!("M (step {}, {phase})", self.peak_step),
+            ),
+            ("peak reserved", self.peak_reserved, "M (modelled)".into()),
+        ]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn estimate() -> Estimate {
+        let map = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<IndexMap<String, u64>>()
+        };
+        Estimate {
+            model: "Linear".into(),
+            device: "cpu".into(),
+            dtype: None,
+            parameters: 4_004_000,
+            buffers: 0,
+            inputs: 32_000,
+            gradients: 4_004_000,
+            optimizer_state: 0,
+            activations: 32_000,
+            intermediates_forward: 32_000,
+            intermediates_backward: 4_036_000,
+            peak_allocated: 8_072_000,
+            peak_step: 1,
+            peak_phase: "backward 1".into(),
+            peak_by_category: map(&[("parameter", 4_004_000), ("activation", 32_000)]),
+            phase_peaks: map(&[("setup", 4_036_000), ("backward 1", 8_072_000)]),
+            phase_ends: map(&[("setup", 4_036_000), ("backward 1", 8_040_000)]),
+            step_peaks: map(&[("1", 8_072_000)]),
+            peak_reserved: 8_072_000,
+            workspaces: 0,
+            allocations: 5,
+            seconds: 0.25,
+            notes: vec!["a note".into()],
+        }
+    }
+
+    fn refused(change: impl FnOnce(&mut Estimate)) -> String {
+        let mut e = estimate();
+        change(&mut e);
+        Estimate::from_json(&crate::results::to_json(&e))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn an_estimate_round_trips_in_the_saved_field_order() {
+        let text = crate::results::to_json(&estimate());
+        assert!(text
+            .starts_with(r#"{"model":"Linear","device":"cpu","dtype":null,"parameters":4004000,"#));
+        assert!(text.ends_with(r#""seconds":0.25,"notes":["a note"]}"#));
+        assert_eq!(Estimate::from_json(&text), Ok(estimate()));
+    }
+
+    #[test]
+    fn the_rules_between_fields_name_the_field() {
+        assert_eq!(
+            refused(|e| {
+                e.step_peaks.insert("first".into(), 1);
+            }),
+            "step_peaks: must be keyed by step numbers, got \"first\""
+        );
+        assert_eq!(
+            refused(|e| {
+                e.peak_by_category.shift_remove("activation");
+            }),
+            "peak_by_category: has no \"activation\""
+        );
+        assert!(refused(|e| e.peak_phase = " ".into()).starts_with("peak_phase: "));
+        let text = crate::results::to_json(&estimate())
+            .replace("8072000,\"peak_step\"", "\"lots\",\"peak_step\"");
+        assert!(Estimate::from_json(&text)
+            .unwrap_err()
+            .to_string()
+            .starts_with("peak_allocated: invalid type: string \"lots\""));
+    }
+}
