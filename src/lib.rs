@@ -22,10 +22,10 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The one source of the version: Cargo.toml (pyproject.toml takes it from there too).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_function(wrap_pyfunction!(text::size::readable_size, m)?)?;
-    m.add_function(wrap_pyfunction!(text::size::parse_size, m)?)?;
-    m.add_function(wrap_pyfunction!(sources::driver::driver_device_memory, m)?)?;
-    m.add_function(wrap_pyfunction!(sources::driver::driver_available, m)?)?;
+    m.add_function(wrap_pyfunction!(text::py::readable_size, m)?)?;
+    m.add_function(wrap_pyfunction!(text::py::parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(sources::py::driver_device_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(sources::py::driver_available, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::tracked_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::_instances_of, m)?)?;
     m.add_function(wrap_pyfunction!(gc_walk::collections::_gc_watch_state, m)?)?;
@@ -33,7 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(gc_callback.clone())?;
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
-    m.add_function(wrap_pyfunction!(results::check::check_result_json, m)?)?;
+    m.add_function(wrap_pyfunction!(results::py::check_result_json, m)?)?;
     use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
     m.add_function(wrap_pyfunction!(cpu::_cpu_allocated, m)?)?;
