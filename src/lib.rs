@@ -55,17 +55,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_active, m)?)?;
     cpu::trace::register_fork_handler(m.py())?;
     m.add_function(wrap_pyfunction!(
-        sources::cuda::direct::_cuda_direct_why_not,
+        sources::cuda::py::_cuda_direct_why_not,
         m
     )?)?;
-    m.add_function(wrap_pyfunction!(
-        sources::cuda::direct::_cuda_direct_notice,
-        m
-    )?)?;
-    m.add_function(wrap_pyfunction!(
-        sources::cuda::direct::_cuda_direct_checks,
-        m
-    )?)?;
+    m.add_function(wrap_pyfunction!(sources::cuda::py::_cuda_direct_notice, m)?)?;
+    m.add_function(wrap_pyfunction!(sources::cuda::py::_cuda_direct_checks, m)?)?;
     line_profiler::py::register(m)?;
     courtesy::py::register(m)?;
     estimate::py::register(m)?;
