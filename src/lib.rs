@@ -36,24 +36,24 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(results::py::check_result_json, m)?)?;
     use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_allocated, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_freed, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_adopted, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_live, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_set_cpu_glue, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_table_has, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_adopted_gone, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_mode, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_hook_slots, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_hook_slot_addresses, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_start, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_stop, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::_cpu_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_start, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_stop, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_set_tag, m)?)?;
-    m.add_function(wrap_pyfunction!(cpu::trace::_cpu_trace_active, m)?)?;
-    cpu::trace::register_fork_handler(m.py())?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_allocated, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_freed, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_adopted, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_live, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_set_cpu_glue, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_table_has, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_adopted_gone, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_hook_slots, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_hook_slot_addresses, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_start, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::_cpu_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_start, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_set_tag, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_active, m)?)?;
+    cpu::py::trace::register_fork_handler(m.py())?;
     m.add_function(wrap_pyfunction!(
         sources::cuda::py::_cuda_direct_why_not,
         m

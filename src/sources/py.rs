@@ -38,7 +38,7 @@ pub fn driver_available() -> bool {
 impl Source {
     pub fn new(py: Python<'_>, device: Device) -> PyResult<Self> {
         let (layout, cuda, cpu) = match device {
-            Device::Cpu => (Layout::cpu(), None, Some(cpu::start(py)?)),
+            Device::Cpu => (Layout::cpu(), None, Some(cpu::py::lifecycle::start(py)?)),
             // Until CUDA is initialised the allocator holds nothing and the names are
             // unknown: the layout is learned from the first real sample, and every vector
             // sized by it grows then, filled with the zeros it would have read.
@@ -90,7 +90,7 @@ impl Drop for Source {
     fn drop(&mut self) {
         if self.cpu.is_some() {
             // Sources are dropped by the engine, which runs with the GIL held.
-            Python::attach(cpu::stop);
+            Python::attach(cpu::py::lifecycle::stop);
         }
     }
 }
