@@ -43,7 +43,8 @@ pub struct Source {
     previous: Vec<i64>,
     primed: bool,
     pub(super) cuda: Option<CudaSource>,
-    /// How CPU memory is counted (a CPU source holds one `cpu::start`, undone on drop).
+    /// How CPU memory is counted (a CPU source holds one start of the CPU source
+    /// (`cpu::py::lifecycle::start`), undone on drop).
     pub(super) cpu: Option<Mode>,
 }
 

@@ -1,7 +1,7 @@
 //! The CPU trace: while one runs, every CPU allocation and free the allocator hook sees is
-//! appended to a ring buffer, each allocation with the Python stack that made it (`py::stack`)
-//! and every entry with the tag of the thread that made it. `trace` starts and stops it and
-//! turns it into a snapshot in torch's schema (`py::trace`, the Python side).
+//! appended to a ring buffer, each allocation with the Python stack that made it
+//! (`py::stack`) and every entry with the tag of the thread that made it. Its Python side,
+//! `py::trace`, starts and stops it and turns it into a snapshot in torch's schema.
 //!
 //! # Cost
 //! With no trace running, the hook pays a relaxed load of `ACTIVE` (an allocation two: one
@@ -338,7 +338,7 @@ pub fn freed(address: usize, gone: Entry) {
     }
 }
 
-// --- start and stop (called by `trace`, with the GIL) -------------------------------------
+// --- start and stop (called by `py::trace`, with the GIL) ---------------------------------
 
 /// Start recording: the table's allocations now are the trace's `start.live`.
 pub fn start(max_entries: usize) -> Result<(), &'static str> {

@@ -82,7 +82,7 @@ pub fn start(py: Python<'_>) -> PyResult<Mode> {
         ))
     })?;
     // An earlier session's Python side goes before anything counts: the fallback's live
-    // table and both kinds of weak references (see "Sessions" above).
+    // table and both kinds of weak references (see "Sessions" in `cpu`'s notes).
     glue.forget.call0(py)?;
     let mode = match install(py, glue)? {
         Ok(installed) => {
