@@ -61,9 +61,8 @@ lint: $(DEPS)
 	$(BIN)/ruff check python tests bench docs
 	$(BIN)/python -m mypy python/memlab_rs python/pytest_memlab_rs
 	PYTHONPATH=python $(BIN)/lint-imports --no-cache --no-logo
-# src/'s layering (.ci/rust_layers.py) is off while the rooms' conversions (issue 21) fix what it
-# still reports in the rooms not converted yet: put it back once it reports nothing.
-#	$(BIN)/python .ci/rust_layers.py
+# src/'s layering (.ci/rust_layers.py): floors below rooms, no circles, pyo3 only in binding files.
+	$(BIN)/python .ci/rust_layers.py
 
 bench: build
 	$(BIN)/python bench/reporter_walk.py

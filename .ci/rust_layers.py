@@ -26,10 +26,12 @@ from pathlib import Path
 FLOORS = ["interrupts", "text", "allocator", "sources", "gc_walk", "results"]
 
 #: Files that may mention pyo3: the root, each room's binding (py.rs, or a py/ folder for a
-#: room whose collector is itself interpreter hooks), and the floors whose job is the
-#: interpreter (the gc walk; the sources' Python side).
-PYO3_ALLOWED = ["lib.rs", "*/py.rs", "*/py/*", "interrupts.rs", "gc_walk/*", "sources/*/py.rs",
-                "sources/py.rs", "results/py.rs"]
+#: room whose collector is itself interpreter hooks), the floors whose job is the
+#: interpreter (the gc walk, interrupts.rs), and each floor's own binding files (its py.rs;
+#: the sources' at any depth, and the CPU source's py/ folder, whose hook reads frames).
+#: fnmatch's `*` crosses `/`: the floors' entries say which files are meant, not more.
+PYO3_ALLOWED = ["lib.rs", "*/py.rs", "*/py/*", "interrupts.rs", "gc_walk/*", "sources/py.rs",
+                "sources/**/py.rs", "sources/cpu/py/*", "results/py.rs", "text/py.rs"]
 
 _WORD = r"[A-Za-z_][A-Za-z0-9_]*"
 

@@ -11,10 +11,8 @@
 //! checks and whose fields `results`' schema checks.
 //!
 //! The text must be UTF-8 (the caller decodes it first, as results are always written):
-//! every byte that matters here is ASCII, and no byte of a multi-byte character is.
-
-use pyo3::exceptions::PyValueError;
-use pyo3::prelude::*;
+//! every byte that matters here is ASCII, and no byte of a multi-byte character is. Python
+//! calls it as `check_result_json` (`results::py`).
 
 /// Arrays and objects inside one another. A trace result, the deepest kind, nests 8 levels
 /// (document, data, snapshot, memlab_rs, start, segments, segment, blocks); torch's own
@@ -110,17 +108,6 @@ pub fn check(text: &[u8]) -> Result<(), Refusal> {
         }
     }
     Ok(())
-}
-
-/// Check a result file's JSON text (UTF-8 bytes) before parsing it: a ValueError saying
-/// what no result holds (nesting past 64 levels, a number of more than 32 characters, NaN,
-/// Infinity, an infinite float) and at which byte.
-#[pyfunction]
-pub fn check_result_json(py: Python<'_>, text: &[u8]) -> PyResult<()> {
-    // `text` borrows an immutable `bytes` object the caller holds for the whole call, so
-    // it is read without the GIL (a 100 MB trace result takes about 0.1 s).
-    py.detach(|| check(text))
-        .map_err(|refusal| PyValueError::new_err(refusal.describe()))
 }
 
 #[cfg(test)]

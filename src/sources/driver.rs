@@ -4,14 +4,15 @@
 //! Rules: never panic and never create a CUDA context. Without libcuda every query answers
 //! None; a device whose primary context is not active yet (torch has not touched it) answers
 //! None too, because creating a context costs hundreds of MiB of the user's GPU.
+//! Python asks through `sources::py` (`driver_device_memory`, `driver_available`).
 
 use std::ptr;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
-use pyo3::prelude::*;
 
-fn driver_present() -> bool {
+/// Whether the CUDA driver library could be loaded (and initialised) on this machine.
+pub fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     *PRESENT.get_or_init(|| {
         // SAFETY: only tries to open the library; a missing library is an Ok(false).
@@ -62,29 +63,6 @@ unsafe fn query(ordinal: i32) -> Option<(u64, u64)> {
     }
     sys::cuDevicePrimaryCtxRelease_v2(device);
     answer
-}
-
-/// Memory in use on a CUDA device by every process, as the driver (and nvidia-smi) sees it.
-///
-/// Returns `(used_bytes, total_bytes)`, or None when there is no CUDA driver or the device
-/// has no active context yet (this never creates one).
-///
-/// >>> from memlab_rs._core import driver_device_memory
-/// >>> driver_device_memory(0) is None or driver_device_memory(0)[1] > 0
-/// True
-#[pyfunction]
-pub fn driver_device_memory(ordinal: i32) -> Option<(u64, u64)> {
-    device_memory(ordinal)
-}
-
-/// Whether the CUDA driver library could be loaded on this machine.
-///
-/// >>> from memlab_rs._core import driver_available
-/// >>> isinstance(driver_available(), bool)
-/// True
-#[pyfunction]
-pub fn driver_available() -> bool {
-    driver_present()
 }
 
 #[cfg(test)]

@@ -1,9 +1,6 @@
 //! The statistics one memory sample holds: their names (the keys of
-//! `torch.cuda.memory_stats()`), how each turns into a per-line value, and a fast reader for
-//! `torch._C._cuda_memoryStats(device)`'s nested dict.
-
-use pyo3::prelude::*;
-use pyo3::types::PyDict;
+//! `torch.cuda.memory_stats()`) and how each turns into a per-line value. The fast reader of
+//! `torch._C._cuda_memoryStats(device)`'s nested dict that fills one is `cuda::py`'s.
 
 /// How a statistic becomes the value of one line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,49 +95,6 @@ fn peaks_with_currents(names: &[String]) -> Vec<(usize, usize)> {
             names.iter().position(|n| *n == current).map(|j| (i, j))
         })
         .collect()
-}
-
-/// The dotted names of a nested stats dict's leaves, in iteration order.
-pub fn flatten_names(stats: &Bound<'_, PyDict>) -> PyResult<Vec<String>> {
-    let mut names = Vec::new();
-    collect_names(stats, "", &mut names)?;
-    Ok(names)
-}
-
-fn collect_names(dict: &Bound<'_, PyDict>, prefix: &str, names: &mut Vec<String>) -> PyResult<()> {
-    for (key, value) in dict.iter() {
-        let name = format!("{prefix}{}", crate::interrupts::text(&key)?);
-        match value.cast::<PyDict>() {
-            Ok(inner) => collect_names(inner, &format!("{name}."), names)?,
-            Err(_) => names.push(name),
-        }
-    }
-    Ok(())
-}
-
-/// Write a nested stats dict's leaves into `out` in iteration order. Returns how many
-/// leaves there were; the caller compares that with its layout (torch builds the dict in
-/// a fixed order, so keys need not be compared on the hot path).
-pub fn read_values(dict: &Bound<'_, PyDict>, out: &mut [i64]) -> usize {
-    let mut at = 0;
-    fill(dict, out, &mut at);
-    at
-}
-
-fn fill(dict: &Bound<'_, PyDict>, out: &mut [i64], at: &mut usize) {
-    for (_, value) in dict.iter() {
-        if let Ok(inner) = value.cast::<PyDict>() {
-            fill(inner, out, at);
-            continue;
-        }
-        if let Some(slot) = out.get_mut(*at) {
-            *slot = value
-                .extract::<i64>()
-                .or_else(|_| value.extract::<f64>().map(|v| v as i64))
-                .unwrap_or(0);
-        }
-        *at += 1;
-    }
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub mod cuda;
 pub mod driver;
 pub mod layout;
 pub mod lock;
+pub mod py;
 pub mod source;

@@ -5,13 +5,16 @@
 //! A sample reads every statistic once. Peaks are "since the last reset", so after each
 //! sample the source's peaks are reset to their current values, which is a no-op (and is
 //! skipped) when no peak is above its current value.
-
-use pyo3::prelude::*;
+//!
+//! Here is a source's arithmetic (growth between samples, the peaks' reset mirrored in the
+//! sample, what it says about its numbers); its reads, which call torch's binding or the CPU
+//! source's glue, are `sources::py`'s (`Source::new`, `sample`, `reset_peaks`, `validate`).
 
 pub use super::cuda::stats::{READER_BINDING, READER_DIRECT};
 
+use super::cuda::py::CudaSource;
 use super::layout::{Layout, StatKind};
-use crate::sources::cpu::{self, Mode, COUNTERS};
+use crate::sources::cpu::{self, Mode};
 
 /// Which memory a source reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,26 +42,23 @@ pub struct Source {
     pub growth: Vec<i64>,
     previous: Vec<i64>,
     primed: bool,
-    cuda: Option<super::cuda::stats::CudaSource>,
-    /// How CPU memory is counted (a CPU source holds one `cpu::start`, undone on drop).
-    cpu: Option<Mode>,
+    pub(super) cuda: Option<CudaSource>,
+    /// How CPU memory is counted (a CPU source holds one start of the CPU source
+    /// (`cpu::py::lifecycle::start`), undone on drop).
+    pub(super) cpu: Option<Mode>,
 }
 
 impl Source {
-    pub fn new(py: Python<'_>, device: Device) -> PyResult<Self> {
-        let (layout, cuda, cpu) = match device {
-            Device::Cpu => (Layout::cpu(), None, Some(cpu::start(py)?)),
-            // Until CUDA is initialised the allocator holds nothing and the names are
-            // unknown: the layout is learned from the first real sample, and every vector
-            // sized by it grows then, filled with the zeros it would have read.
-            Device::Cuda(index) => (
-                Layout::default(),
-                Some(super::cuda::stats::CudaSource::new(py, index)?),
-                None,
-            ),
-        };
+    /// A source of `device` reading into `layout` (through `cuda`, or the CPU counters as
+    /// `cpu` says), before its first sample. `sources::py`'s `Source::new` starts it.
+    pub(super) fn assemble(
+        device: Device,
+        layout: Layout,
+        cuda: Option<CudaSource>,
+        cpu: Option<Mode>,
+    ) -> Self {
         let n = layout.len();
-        Ok(Self {
+        Self {
             device,
             layout,
             current: vec![0; n],
@@ -67,22 +67,13 @@ impl Source {
             primed: false,
             cuda,
             cpu,
-        })
+        }
     }
 
-    /// Read every statistic. The first sample after (re)priming only sets the baseline.
-    pub fn sample(&mut self, py: Python<'_>) -> PyResult<()> {
-        match &mut self.cuda {
-            None => COUNTERS.read(&mut self.current),
-            Some(cuda) => {
-                cuda.read(py, &mut self.layout, &mut self.current)?;
-                if self.previous.len() != self.current.len() {
-                    // The layout was just learned.
-                    self.growth = vec![0; self.current.len()];
-                    self.previous = vec![0; self.current.len()];
-                }
-            }
-        }
+    /// After a read into `current`: how much each `Delta` statistic grew since the sample
+    /// before (`sources::py`'s `Source::sample` reads). The first sample after (re)priming
+    /// only sets the baseline.
+    pub(super) fn account(&mut self) {
         for i in 0..self.layout.len() {
             let (now, before) = (self.current[i], self.previous[i]);
             self.growth[i] = match self.layout.kinds[i] {
@@ -99,28 +90,33 @@ impl Source {
         }
         self.previous.copy_from_slice(&self.current);
         self.primed = true;
-        Ok(())
     }
 
-    /// Set every peak to its current value, so the next sample's peaks cover only what
-    /// happens from now on. Skipped when it would change nothing.
-    pub fn reset_peaks(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// The layout was just learned (a CUDA source's first real sample): the vectors sized
+    /// by it grow, filled with the zeros they would have read.
+    pub(super) fn resize_to_current(&mut self) {
+        if self.previous.len() != self.current.len() {
+            self.growth = vec![0; self.current.len()];
+            self.previous = vec![0; self.current.len()];
+        }
+    }
+
+    /// Set every peak of the sample to its current value, as the reset that follows does at
+    /// the source (`sources::py`'s `Source::reset_peaks`); false, changing nothing, when no
+    /// peak is above its current value (the reset is skipped then).
+    pub(super) fn mirror_peak_reset(&mut self) -> bool {
         let needed = self
             .layout
             .pairs
             .iter()
             .any(|&(peak, current)| self.current[peak] > self.current[current]);
         if !needed {
-            return Ok(());
+            return false;
         }
         for &(peak, current) in &self.layout.pairs {
             self.current[peak] = self.current[current];
         }
-        match &self.cuda {
-            None => COUNTERS.reset_peaks(),
-            Some(cuda) => cuda.reset_peaks(py)?,
-        }
-        Ok(())
+        true
     }
 
     /// How this source reads its statistics.
@@ -156,27 +152,6 @@ impl Source {
                     .to_string(),
             ),
             _ => None,
-        }
-    }
-
-    /// Check a CUDA source's direct reader against torch's binding now, and read through
-    /// the binding for good if they differ (see `cuda_direct`). The engine calls it at
-    /// `enable()` and `disable()`; a source checks by itself when it starts using the
-    /// reader and on a schedule. It changes no sample; nothing to do for CPU or a source
-    /// on the binding.
-    pub fn validate(&mut self, py: Python<'_>) -> PyResult<()> {
-        match &mut self.cuda {
-            Some(cuda) => cuda.validate(py, &self.layout, &self.current),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        if self.cpu.is_some() {
-            // Sources are dropped by the engine, which runs with the GIL held.
-            Python::attach(cpu::stop);
         }
     }
 }

@@ -68,9 +68,9 @@
 //! the hook, which recognises that free by address itself, would have been uncounted twice.
 //!
 //! # The CPU trace
-//! While a CPU trace runs (`trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same two
-//! functions also append every allocation and free of a tracked address to a ring buffer
-//! (`record`), each allocation with the Python stack that made it (`pystack`), read before
+//! While a CPU trace runs (`py::trace`: `_cpu_trace_start` / `_cpu_trace_stop`), the same
+//! two functions also append every allocation and free of a tracked address to a ring buffer
+//! (`record`), each allocation with the Python stack that made it (`py::stack`), read before
 //! the table's lock is taken. With no trace running, that costs the hook a relaxed load
 //! (two for an allocation: one more under the lock).
 //!
@@ -80,20 +80,26 @@
 //! the threads running profiled code only: it misses `out=`, `resize_`, deserialised
 //! tensors, other threads' allocations and temporaries inside operators, and every report
 //! made with it says so.
+//!
+//! # Files
+//! Here is the hook itself, with no Python in it: the two functions, writing the slots and
+//! putting them back (`hook`, `uninstall`, `release`), the lifecycle lock's state, the
+//! counters and the fork handlers; with `got` (the slots), `table` (live storages and
+//! counters) and `record` (the trace's ring buffer). What calls Python is `py`'s: `start`
+//! and `stop` (`py::lifecycle`: the glue's probe, baseline walk and reset), the stack read
+//! from the frames (`py::stack`), the trace's start, stop and snapshot (`py::trace`), and the
+//! `_core` functions.
 
 pub mod got;
-pub mod pystack;
+pub mod py;
 pub mod record;
 pub mod table;
-pub mod trace;
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock, TryLockError};
-
-use pyo3::prelude::*;
+use std::sync::{Mutex, MutexGuard, Once};
 
 pub use table::COUNTERS;
 
@@ -105,20 +111,6 @@ pub enum Mode {
     /// The dispatch-mode fallback, and why the allocator hook is not used.
     Dispatch(String),
 }
-
-/// The Python side: torch's CPU allocator library, a probe, the live storages, and the
-/// fallback's reset (registered by `memlab_rs._sources.cpu_source`).
-struct Glue {
-    library: Option<String>,
-    probe: Py<PyAny>,
-    baseline: Py<PyAny>,
-    forget: Py<PyAny>,
-}
-
-/// The Python module that hands the CPU source its torch glue when imported.
-const GLUE_MODULE: &str = "memlab_rs._sources.cpu_source";
-
-static GLUE: OnceLock<Glue> = OnceLock::new();
 
 /// The slots we wrote and what they held.
 struct Installed {
@@ -156,25 +148,6 @@ fn info() -> std::sync::MutexGuard<'static, Info> {
 thread_local! {
     /// This thread is inside `start` or `stop` (Python code they run must not re-enter).
     static IN_LIFECYCLE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Take the lifecycle lock; while another thread holds it, wait with the GIL released.
-fn lifecycle(py: Python<'_>) -> PyResult<LifecycleGuard> {
-    if IN_LIFECYCLE.with(Cell::get) {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(
-            "CPU memory tracking cannot start or stop from code that starting it runs (a \
-             finaliser during its walk over live tensors); do it once that code has returned",
-        ));
-    }
-    let guard = loop {
-        match LIFECYCLE.try_lock() {
-            Ok(guard) => break guard,
-            Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => py.detach(|| drop(LIFECYCLE.lock())),
-        }
-    };
-    IN_LIFECYCLE.with(|inside| inside.set(true));
-    Ok(LifecycleGuard(guard))
 }
 
 struct LifecycleGuard(MutexGuard<'static, Lifecycle>);
@@ -224,9 +197,9 @@ unsafe extern "C" fn memalign_hook(out: *mut *mut c_void, align: usize, size: us
         let address = *out as usize;
         // Read before any lock: reading it may run finalisers that free or allocate.
         let stack = if record::ACTIVE.load(Relaxed) {
-            pystack::capture()
+            py::stack::capture()
         } else {
-            Err(pystack::NoStack::NotTracing)
+            Err(py::stack::NoStack::NotTracing)
         };
         if let Some(table) = table::lock().as_mut() {
             // Looks at ACTIVE again, under the lock: a trace started since is told.
@@ -263,82 +236,6 @@ fn ours(name: &str) -> usize {
     }
 }
 
-/// Register the Python side (once, by `memlab_rs._sources.cpu_source`).
-pub fn set_glue(library: Option<String>, probe: Py<PyAny>, baseline: Py<PyAny>, forget: Py<PyAny>) {
-    let _ = GLUE.set(Glue {
-        library,
-        probe,
-        baseline,
-        forget,
-    });
-}
-
-/// Start counting CPU memory (a reader starts using it). The first start installs the hook
-/// (or picks the fallback), zeroes the counters and adopts the storages alive now; later
-/// ones share it. Every successful `start` is paired with one `stop`.
-pub fn start(py: Python<'_>) -> PyResult<Mode> {
-    let mut life = lifecycle(py)?;
-    if life.0.users > 0 {
-        if let Some(mode) = info().mode.clone() {
-            life.0.users += 1;
-            return Ok(mode);
-        }
-    }
-    // The glue registers itself when its module is imported; `import memlab_rs` is lazy, so
-    // the first reader (a monitor, a report) may come before any module that imports it.
-    if GLUE.get().is_none() {
-        py.import(GLUE_MODULE)?;
-    }
-    let glue = GLUE.get().ok_or_else(|| {
-        pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "{GLUE_MODULE} was imported but gave the CPU source no torch glue"
-        ))
-    })?;
-    // An earlier session's Python side goes before anything counts: the fallback's live
-    // table and both kinds of weak references (see "Sessions" above).
-    glue.forget.call0(py)?;
-    let mode = match install(py, glue)? {
-        Ok(installed) => {
-            // The hook counts from here; what was alive already is adopted once.
-            if let Err(error) = adopt_baseline(py, glue) {
-                uninstall(installed);
-                return Err(error);
-            }
-            info().patched = installed.patched.iter().map(|(slot, _)| *slot).collect();
-            life.0.installed = Some(installed);
-            Mode::Allocator
-        }
-        Err(why) => {
-            let mut table = table::lock();
-            table::reset(&mut table);
-            *table = None;
-            Mode::Dispatch(why)
-        }
-    };
-    life.0.users = 1;
-    FALLBACK.store(matches!(mode, Mode::Dispatch(_)), Relaxed);
-    info().mode = Some(mode.clone());
-    Ok(mode)
-}
-
-/// Stop counting for one reader; the last one takes the hook out.
-pub fn stop(py: Python<'_>) {
-    let Ok(life) = lifecycle(py) else {
-        return; // called from inside a start: that start has not counted this user yet
-    };
-    release(life);
-}
-
-/// `stop` in a forked child, which must never wait: a lifecycle lock held at the fork
-/// belongs to a thread the child does not have (then this user is never released there).
-pub fn stop_in_forked_child(_py: Python<'_>) {
-    match LIFECYCLE.try_lock() {
-        Ok(guard) => release(LifecycleGuard(guard)),
-        Err(TryLockError::Poisoned(poisoned)) => release(LifecycleGuard(poisoned.into_inner())),
-        Err(TryLockError::WouldBlock) => {}
-    }
-}
-
 fn release(mut life: LifecycleGuard) {
     life.0.users = life.0.users.saturating_sub(1);
     if life.0.users > 0 {
@@ -362,97 +259,18 @@ pub fn fallback_counts() -> bool {
     FALLBACK.load(Relaxed)
 }
 
-/// Count a new CPU storage of `nbytes` (called by the dispatch-mode fallback; ignored
-/// unless the fallback is what counts now: see `fallback_counts`).
-#[pyfunction]
-pub fn _cpu_allocated(nbytes: i64) {
-    if fallback_counts() {
-        COUNTERS.allocated(nbytes);
-    }
-}
-
-/// Count a CPU storage that existed before tracking started (live, not allocated; ignored
-/// unless the fallback counts now).
-#[pyfunction]
-pub fn _cpu_adopted(nbytes: i64) {
-    if fallback_counts() {
-        COUNTERS.adopted(nbytes);
-    }
-}
-
-/// Count a freed CPU storage of `nbytes` (called when its weak reference dies; ignored
-/// unless the fallback counts now: a weak reference of an earlier fallback session dying
-/// while the allocator hook counts must not uncount what the hook counted).
-#[pyfunction]
-pub fn _cpu_freed(nbytes: i64) {
-    if fallback_counts() {
-        COUNTERS.freed(nbytes);
-    }
-}
-
-/// Live CPU storages the counters know: (bytes, count).
-#[pyfunction]
-pub fn _cpu_live() -> (i64, i64) {
-    COUNTERS.live()
-}
-
 /// How CPU memory is counted now (None when nobody counts).
 pub fn mode() -> Option<Mode> {
     info().mode.clone()
 }
 
-/// Install the hook and check it with the probe. Ok(Err(why)): the hook cannot be used
-/// here (the fallback counts, and says why); Err: the probe raised something that is not an
-/// error of the probe (KeyboardInterrupt, SystemExit), the caller's to see.
-fn install(py: Python<'_>, glue: &Glue) -> PyResult<Result<Installed, String>> {
-    let mut attempts = 0;
-    let (installed, probed) = loop {
-        let installed = match hook(glue) {
-            Ok(installed) => installed,
-            Err(why) => return Ok(Err(why)),
-        };
-        let probed = glue.probe.call0(py).and_then(|ok| ok.extract::<bool>(py));
-        attempts += 1;
-        // A thread that entered a lazy-binding stub before our write finishes binding after
-        // it, and writes the slot back: only once, since we never put a stub back. Again.
-        // SAFETY: slots of a loaded library, found by `hook`.
-        let lost = installed
-            .patched
-            .iter()
-            .any(|(slot, _)| unsafe { got::read(slot) } != ours(slot.name));
-        if matches!(probed, Ok(false)) && lost && attempts < 3 {
-            uninstall(installed);
-            continue;
-        }
-        break (installed, probed);
-    };
-    if !matches!(probed, Ok(true)) {
-        uninstall(installed);
-        return match probed {
-            Err(error) if !error.is_instance_of::<pyo3::exceptions::PyException>(py) => Err(error),
-            Err(error) => Ok(Err(format!("the probe allocation failed: {error}"))),
-            _ => Ok(Err(
-                "a probe tensor allocated by torch did not reach libc10's posix_memalign"
-                    .to_string(),
-            )),
-        };
-    }
-    {
-        let mut table = table::lock();
-        table::reset(&mut table);
-    }
-    Ok(Ok(installed))
-}
-
 /// Write our functions into libc10's slots (no Python).
-fn hook(glue: &Glue) -> Result<Installed, String> {
+fn hook(library: Option<&str>) -> Result<Installed, String> {
     if std::env::var("MEMLAB_RS_CPU_SOURCE").is_ok_and(|v| v == "dispatch") {
         return Err("MEMLAB_RS_CPU_SOURCE=dispatch".to_string());
     }
-    let library = glue
-        .library
-        .as_deref()
-        .ok_or("torch's libc10.so was not found next to torch (a static build?)")?;
+    let library =
+        library.ok_or("torch's libc10.so was not found next to torch (a static build?)")?;
     let found = got::find(Path::new(library), &NAMES)?;
     for name in NAMES {
         if !found.slots.iter().any(|slot| slot.name == name) {
@@ -536,19 +354,6 @@ fn uninstall(installed: Installed) {
     *table::lock() = None;
 }
 
-/// Adopt the storages alive now (one walk): `baseline()` returns the (address, bytes) pairs
-/// and the storages themselves, held until they are in the table so none is freed between.
-fn adopt_baseline(py: Python<'_>, glue: &Glue) -> PyResult<()> {
-    let (pairs, _alive): (Vec<(usize, i64)>, Py<PyAny>) = glue.baseline.call0(py)?.extract(py)?;
-    let mut table = table::lock();
-    if let Some(table) = table.as_mut() {
-        for (address, nbytes) in pairs {
-            table.adopt(address, nbytes);
-        }
-    }
-    Ok(())
-}
-
 /// Whether a slot we wrote no longer holds our function (another tool replaced it) while
 /// tracking. Remembered: a later check stays true until the next `start`.
 pub fn displaced() -> bool {
@@ -625,106 +430,4 @@ extern "C" fn fork_child() {
 fn fork_done() {
     let _ = FORK_GUARD.try_with(|slot| drop(slot.borrow_mut().take()));
     let _ = FORKING.try_with(|forking| forking.set(false));
-}
-
-// Python functions (registered by lib.rs).
-
-/// Register the Python side of the CPU source: the path of torch's `libc10.so` (None when
-/// absent), `probe() -> bool`, `baseline() -> (pairs, storages)` and `forget()` (resets the
-/// dispatch-mode fallback).
-#[pyfunction]
-pub fn _set_cpu_glue(
-    library: Option<String>,
-    probe: Py<PyAny>,
-    baseline: Py<PyAny>,
-    forget: Py<PyAny>,
-) {
-    set_glue(library, probe, baseline, forget);
-}
-
-/// Whether the allocator hook's table holds `address` with `nbytes` bytes.
-#[pyfunction]
-pub fn _cpu_table_has(address: usize, nbytes: i64) -> bool {
-    has(address, nbytes)
-}
-
-/// An adopted storage died (called by the weak reference `baseline()` put on it).
-#[pyfunction]
-pub fn _cpu_adopted_gone(address: usize, nbytes: i64) {
-    adopted_gone(address, nbytes);
-}
-
-/// How CPU memory is counted now: None (nobody counts), "allocator", or "dispatch: why".
-#[pyfunction]
-pub fn _cpu_mode() -> Option<String> {
-    mode().map(|mode| match mode {
-        Mode::Allocator => "allocator".to_string(),
-        Mode::Dispatch(why) => format!("dispatch: {why}"),
-    })
-}
-
-/// libc10's slots for our two functions, found now.
-fn slots_now() -> PyResult<got::Library> {
-    let library = GLUE
-        .get()
-        .and_then(|glue| glue.library.clone())
-        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no libc10.so known"))?;
-    got::find(Path::new(&library), &NAMES).map_err(pyo3::exceptions::PyRuntimeError::new_err)
-}
-
-/// libc10's GOT slots for posix_memalign and free, as (name, in RELRO, holds our function),
-/// read now (for tests: nothing of ours stays after the last stop).
-#[pyfunction]
-pub fn _cpu_hook_slots() -> PyResult<Vec<(String, bool, bool)>> {
-    Ok(slots_now()?
-        .slots
-        .iter()
-        // SAFETY: slots of a loaded library, found just now.
-        .map(|slot| {
-            (
-                slot.name.to_string(),
-                slot.relro,
-                unsafe { got::read(slot) } == ours(slot.name),
-            )
-        })
-        .collect())
-}
-
-/// libc10's GOT slots for posix_memalign and free, as (name, address, in RELRO): tests check
-/// the page protections around them.
-#[pyfunction]
-pub fn _cpu_hook_slot_addresses() -> PyResult<Vec<(String, usize, bool)>> {
-    Ok(slots_now()?
-        .slots
-        .iter()
-        .map(|slot| (slot.name.to_string(), slot.address, slot.relro))
-        .collect())
-}
-
-/// Start and stop counting CPU memory outside the line profiler (tests, and tools that
-/// read the counters): returns the mode as `_cpu_mode` does.
-#[pyfunction]
-pub fn _cpu_start(py: Python<'_>) -> PyResult<String> {
-    start(py)?;
-    Ok(_cpu_mode().unwrap_or_default())
-}
-
-/// Undo one `_cpu_start`.
-#[pyfunction]
-pub fn _cpu_stop(py: Python<'_>) {
-    stop(py);
-}
-
-/// The CPU counters now, in `torch.cuda.memory_stats()` names.
-#[pyfunction]
-pub fn _cpu_stats() -> Vec<(String, i64)> {
-    let mut values = [0i64; 28];
-    COUNTERS.read(&mut values);
-    let mut out = Vec::new();
-    for (i, stat) in table::STATS.iter().enumerate() {
-        for (j, field) in table::FIELDS.iter().enumerate() {
-            out.push((format!("{stat}.all.{field}"), values[i * 4 + j]));
-        }
-    }
-    out
 }

@@ -1,7 +1,7 @@
 //! The CPU trace: while one runs, every CPU allocation and free the allocator hook sees is
-//! appended to a ring buffer, each allocation with the Python stack that made it (`pystack`)
-//! and every entry with the tag of the thread that made it. `trace` starts and stops it and
-//! turns it into a snapshot in torch's schema.
+//! appended to a ring buffer, each allocation with the Python stack that made it
+//! (`py::stack`) and every entry with the tag of the thread that made it. Its Python side,
+//! `py::trace`, starts and stops it and turns it into a snapshot in torch's schema.
 //!
 //! # Cost
 //! With no trace running, the hook pays a relaxed load of `ACTIVE` (an allocation two: one
@@ -22,7 +22,7 @@
 //! Both locks are held across `fork()` (`fork_prepare`, called by the table's handler), so
 //! a child never inherits either locked. A child has no trace running: the C handler turns
 //! `ACTIVE` off at once and marks the recorder as the parent's, and the Python one
-//! (`trace::after_fork_in_child`) drops it and releases its use of the CPU source.
+//! (`py::trace::after_fork_in_child`) drops it and releases its use of the CPU source.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -31,10 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use pyo3::ffi;
-use pyo3::prelude::*;
-
-use super::pystack::{NoStack, Stack};
+use super::py::stack::{Code, NoStack, Stack};
 use super::table::{Entry, Table};
 
 /// A CPU trace is running (read by the hook without a lock; changed only with the table's
@@ -146,9 +143,9 @@ pub struct Recorder {
     pub dropped: u64,
     /// Allocations recorded with no Python stack (dropped ones included).
     pub no_stack: u64,
-    /// Interned frames: (code object, instruction offset or line: see `pystack::line`),
+    /// Interned frames: (code object, instruction offset or line: see `py::stack::line`),
     /// the code object held strongly.
-    pub frames: Vec<(Py<PyAny>, i32)>,
+    pub frames: Vec<(Code, i32)>,
     frame_ids: HashMap<(usize, i32), u32, Fast>,
     /// Interned stacks as frame ids, innermost first; `stacks[0]` is the empty stack.
     pub stacks: Vec<Box<[u32]>>,
@@ -219,7 +216,7 @@ impl Recorder {
     }
 
     /// The id of a captured stack, interning it (and its frames) the first time.
-    fn intern(&mut self, py: Python<'_>, stack: &Stack) -> u32 {
+    fn intern(&mut self, stack: &Stack) -> u32 {
         let key = stack.frames();
         if key.is_empty() {
             return 0;
@@ -231,12 +228,9 @@ impl Recorder {
         for &(code, at) in key {
             let next = self.frames.len() as u32;
             let id = *self.frame_ids.entry((code, at)).or_insert_with(|| {
-                // SAFETY: the GIL is held (the stack was read with it and is not dropped
-                // yet); `code` is a live code object the stack holds a reference to.
                 // Ours is a new strong reference: the address stays this object's for as
                 // long as the recorder keys on it.
-                let object = unsafe { Bound::from_borrowed_ptr(py, code as *mut ffi::PyObject) };
-                self.frames.push((object.unbind(), at));
+                self.frames.push((stack.own(code), at));
                 next
             });
             ids.push(id);
@@ -320,8 +314,8 @@ pub fn allocated(table: &mut Table, address: usize, nbytes: i64, stack: &Result<
         return;
     };
     let id = match stack {
-        // SAFETY: a stack exists only while its thread holds the GIL (see `pystack`).
-        Ok(stack) => recorder.intern(unsafe { Python::assume_attached() }, stack),
+        // A stack exists only while its thread holds the GIL (see `py::stack`).
+        Ok(stack) => recorder.intern(stack),
         Err(_) => 0,
     };
     if id == 0 {
@@ -344,7 +338,7 @@ pub fn freed(address: usize, gone: Entry) {
     }
 }
 
-// --- start and stop (called by `trace`, with the GIL) -------------------------------------
+// --- start and stop (called by `py::trace`, with the GIL) ---------------------------------
 
 /// Start recording: the table's allocations now are the trace's `start.live`.
 pub fn start(max_entries: usize) -> Result<(), &'static str> {

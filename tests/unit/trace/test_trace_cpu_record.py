@@ -1,7 +1,7 @@
 """The CPU trace records CPU allocations and frees with their Python stacks.
 
 ``_core._cpu_trace_start(max_entries)`` / ``_cpu_trace_stop()`` through the allocator hook
-(``src/sources/cpu/record.rs``, stacks read in Rust by ``pystack.rs``), checked with real torch
+(``src/sources/cpu/record.rs``, stacks read in Rust by ``py/stack.rs``), checked with real torch
 CPU tensors and exact values: sizes, addresses, the file, line and function of each frame,
 tags, the ring buffer, shared frame objects, and what real programs do to it in process
 (threads, KeyboardInterrupt); fork, collections running finalisers while a stack is read and
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 
 MiB = 1 << 20
 HERE = os.path.abspath(__file__)
-MAX_DEPTH = 128  # pystack::MAX_DEPTH
+MAX_DEPTH = 128  # py::stack::MAX_DEPTH
 LINES = marked_lines(HERE)
 
 

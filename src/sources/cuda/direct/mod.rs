@@ -33,12 +33,13 @@
 //!   read at every sample (`why_not` says which statistics were not located).
 //!
 //! # Checked against torch, and given up on at the first difference
-//! The source (`source/cuda.rs`) checks the reader with `check::compare` (memory, binding,
+//! The source (`cuda::py`'s `CudaSource`) checks the reader with `check::compare` (memory, binding,
 //! memory again; compared only when the two memory reads agree) when it starts using it,
 //! whenever the engine calls `Source::validate` (at `enable()` and `disable()`), at every
 //! refresh, and on the `schedule` (every few thousand samples or every second). On any
 //! difference, `device` is read through the binding for the rest of the process, and
 //! `notice(device)` says which statistic differed, both values and after which sample.
+//! Python reads those (`why_not`, `notice`, `checks`) through `cuda::py`.
 
 mod check;
 pub mod schedule;
@@ -48,8 +49,6 @@ pub use check::{compare, Verdict};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-use pyo3::prelude::*;
 
 use crate::sources::layout::Layout;
 
@@ -416,38 +415,6 @@ impl DirectStats {
             want_before.len()
         ))
     }
-}
-
-/// Why CUDA statistics of `device` are read through the binding rather than from the
-/// allocator's memory (None when they are not, or nobody looked yet).
-#[pyfunction]
-pub fn _cuda_direct_why_not(device: usize) -> Option<String> {
-    why_not(device)
-}
-
-/// The notice of a fallback for `device`: why the report's numbers for it came through
-/// torch's binding after some sample, when memory once disagreed with torch; None when
-/// it never did. Kept for the rest of the process.
-///
-/// >>> from memlab_rs import _core
-/// >>> _core._cuda_direct_notice(99) is None
-/// True
-#[pyfunction]
-pub fn _cuda_direct_notice(device: usize) -> Option<String> {
-    notice(device)
-}
-
-/// Checks of `device`'s direct reader against torch's binding in this process, as
-/// (compared, mismatched, inconclusive). `MEMLAB_RS_CUDA_REVALIDATE_SAMPLES=1` checks at
-/// every sample (for tests).
-///
-/// >>> from memlab_rs import _core
-/// >>> _core._cuda_direct_checks(99)
-/// (0, 0, 0)
-#[pyfunction]
-pub fn _cuda_direct_checks(device: usize) -> (u64, u64, u64) {
-    let c = checks(device);
-    (c.compared, c.mismatched, c.inconclusive)
 }
 
 /// The `DeviceCachingAllocator` of `device`: found through the allocator symbol and the

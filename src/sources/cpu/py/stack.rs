@@ -1,5 +1,5 @@
 //! The calling thread's Python stack, read from inside the CPU allocator hook while a CPU
-//! trace runs (see `record`).
+//! trace runs (see `record`), and the code objects the recorder keeps of it (`Code`).
 //!
 //! # When a stack is read
 //! The hook runs on every thread that allocates CPU memory through torch, in whatever state
@@ -53,6 +53,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use pyo3::ffi;
+use pyo3::prelude::*;
 
 extern "C" {
     fn PyGILState_Check() -> c_int;
@@ -143,7 +144,22 @@ impl Stack {
     pub fn frames(&self) -> &[(usize, c_int)] {
         &self.frames
     }
+
+    /// A new strong reference to `code`, one of this stack's code objects (for the
+    /// recorder, which keys on its address: the address stays this object's for as long as
+    /// the reference lives).
+    pub fn own(&self, code: usize) -> Code {
+        // SAFETY: a stack exists only while its thread holds the GIL (see `capture`), and
+        // this one is not dropped yet; `code` is a live code object it holds a reference to.
+        unsafe {
+            let py = Python::assume_attached();
+            Bound::from_borrowed_ptr(py, code as *mut ffi::PyObject).unbind()
+        }
+    }
 }
+
+/// A code object of a recorded stack, held strongly: dropped with the GIL held.
+pub type Code = Py<PyAny>;
 
 impl Drop for Stack {
     fn drop(&mut self) {

@@ -2,7 +2,7 @@
 //! the schema of `torch.cuda.memory._snapshot()`, plus a `"memlab_rs"` key: see
 //! TRACE_CONTRACT in the issue), `_cpu_trace_set_tag` and `_cpu_trace_active`.
 //!
-//! A trace is one user of the CPU source (`super::start` / `super::stop`), so the allocator
+//! A trace is one user of the CPU source (`lifecycle::start` / `lifecycle::stop`), so the allocator
 //! hook is installed while it runs, with or without a line profiler. Starting and stopping
 //! run under the sources' lock (`crate::sources::lock`), like every other start and stop of
 //! the CPU source: that lock is held across `fork()`, so a child never inherits the source's
@@ -19,9 +19,10 @@ use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple};
 
 use std::collections::HashMap;
 
-use super::pystack;
-use super::record::{self, Action, Recorder};
-use super::Mode;
+use super::lifecycle;
+use super::stack;
+use crate::sources::cpu::record::{self, Action, Recorder};
+use crate::sources::cpu::Mode;
 use crate::sources::lock::{self, held_here};
 
 /// Run `f` under the sources' lock, waiting for another holder with the GIL released.
@@ -60,7 +61,7 @@ pub fn _cpu_trace_start(py: Python<'_>, max_entries: i64) -> PyResult<()> {
     if held_here() {
         return Err(busy());
     }
-    pystack::prepare();
+    stack::prepare();
     under_lock(py, || {
         if record::active() {
             return Err(PyRuntimeError::new_err(
@@ -68,8 +69,8 @@ pub fn _cpu_trace_start(py: Python<'_>, max_entries: i64) -> PyResult<()> {
                  starting another",
             ));
         }
-        if let Mode::Dispatch(why) = super::start(py)? {
-            super::stop(py);
+        if let Mode::Dispatch(why) = lifecycle::start(py)? {
+            lifecycle::stop(py);
             return Err(PyRuntimeError::new_err(format!(
                 "the CPU trace needs the allocator hook on torch's CPU allocator, which \
                  cannot be used here ({why}); the dispatch-mode fallback sees neither \
@@ -78,7 +79,7 @@ pub fn _cpu_trace_start(py: Python<'_>, max_entries: i64) -> PyResult<()> {
         }
         let started = record::start(max_entries as usize);
         if let Err(why) = started {
-            super::stop(py);
+            lifecycle::stop(py);
             return Err(PyRuntimeError::new_err(format!(
                 "the CPU trace could not start: {why}"
             )));
@@ -107,7 +108,7 @@ pub fn _cpu_trace_stop(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let stopped = under_lock(py, || {
         let stopped = record::stop();
         if stopped.is_some() {
-            super::stop(py);
+            lifecycle::stop(py);
         }
         Ok(stopped)
     })?;
@@ -167,7 +168,7 @@ pub fn _cpu_trace_active() -> bool {
 fn after_fork_in_child(py: Python<'_>) {
     if let Some(recorder) = record::take_forked() {
         drop(recorder); // its code objects, with the GIL
-        super::stop_in_forked_child(py);
+        lifecycle::stop_in_forked_child(py);
     }
 }
 
@@ -202,7 +203,7 @@ fn snapshot<'py>(
         .iter()
         .map(|(code, at)| {
             // SAFETY: the GIL is held; the recorder holds `code` alive.
-            let line = unsafe { pystack::line(code.as_ptr(), *at) };
+            let line = unsafe { stack::line(code.as_ptr(), *at) };
             let key = (code.as_ptr() as usize, line);
             if let Some(frame) = by_line.get(&key) {
                 return Ok(frame.clone());
