@@ -7,8 +7,10 @@ two sessions side by side use a 2-core machine better: on this project's 2-core 
 five sessions took 39.5 min in two lanes, against an estimated 47 one after another (from
 each session's time alone).
 Lanes = cores (at most 5), fewer if the available memory is below 6 GB a lane (NOX_LANES=N
-sets it by hand); the newest Pythons, the slowest sessions, start first, so that no long
-one is left alone at the end. One lane is plain `nox`, its output streamed as it runs.
+sets it by hand); the newest and the oldest Python, whose sessions also run tests/contract
+and tests/integration (noxfile.py) and take about three times as long as the others, start
+first, side by side, so that no long one is left alone at the end. One lane is plain `nox`,
+its output streamed as it runs.
 With several lanes each session's output is printed whole when it ends, so logs never
 interleave, and the exit status is non-zero if any session failed.
 
@@ -58,7 +60,8 @@ def main(argv: list[str]) -> int:
     if argv or count == 1:
         return subprocess.call(NOX + argv, cwd=ROOT)
     print(f"nox_lanes: {count} lanes for {len(PYTHONS)} sessions", flush=True)
-    queue = list(reversed(PYTHONS))  # slowest first
+    # The slowest first: the newest and the oldest (they run the integration tests too).
+    queue = [PYTHONS[-1], PYTHONS[0], *reversed(PYTHONS[1:-1])]
     failed: list[str] = []
     lock = threading.Lock()
 

@@ -1,6 +1,8 @@
 """readable_size: pytorch_memlab's exact strings; parse_size: one meaning of a size string
 everywhere memlab_rs takes one."""
 
+from __future__ import annotations
+
 import math
 import os
 import re
