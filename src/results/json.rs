@@ -59,6 +59,22 @@ mod tests {
     use super::*;
     use serde::Deserialize;
 
+    #[test]
+    fn floats_come_back_as_they_were_written() {
+        // One that serde_json's default parser read one ulp off; then a spread of others.
+        let mut values = vec![0.490_833_903_997_554_4_f64, 0.1, 1.0 / 3.0, 1e-300, 6.02e23];
+        let mut x = 0.123_456_789_f64;
+        for _ in 0..10_000 {
+            x = (x * 3.999_999).fract() + 1e-9;
+            values.push(x);
+            values.push(x * 1e12);
+        }
+        for v in values {
+            let back: f64 = from_json(&to_json(&v)).unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{v:?}");
+        }
+    }
+
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     struct Line(u32, String, Option<Vec<i64>>);
 
