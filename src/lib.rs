@@ -3,6 +3,7 @@
 
 pub mod allocator;
 pub mod courtesy;
+pub mod doctor;
 pub mod estimate;
 pub mod gc_walk;
 pub mod interrupts;
@@ -62,6 +63,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sources::cuda::py::_cuda_direct_checks, m)?)?;
     line_profiler::py::register(m)?;
     courtesy::py::register(m)?;
+    doctor::py::register(m)?;
     estimate::py::register(m)?;
     monitor::py::register(m)?;
     test_memory::py::register(m)?;

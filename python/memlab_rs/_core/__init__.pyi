@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
 from . import courtesy as courtesy
+from . import doctor as doctor
 from . import estimate as estimate
 from . import line_profiler as line_profiler
 from . import merged_tensor_report as merged_tensor_report
@@ -49,6 +50,7 @@ __all__ = [
     "driver_available",
     "driver_device_memory",
     "courtesy",
+    "doctor",
     "estimate",
     "merged_tensor_report",
     "monitor",
