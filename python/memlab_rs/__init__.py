@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+    from .doctor import OOMGuard, PostMortemResult, oom_guard
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
         DEFAULT_COLUMNS,
@@ -59,6 +60,8 @@ __all__ = [
     "MemoryMonitor",
     "MemoryReport",
     "MonitorResult",
+    "OOMGuard",
+    "PostMortemResult",
     "PytestMemoryResult",
     "RestoreReport",
     "ResultDiff",
@@ -75,6 +78,7 @@ __all__ = [
     "max_batch_size",
     "memory_profiler",
     "merge_results",
+    "oom_guard",
     "parse_size",
     "profile",
     "profile_every",
@@ -95,6 +99,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
                     ".tensor_report"),  # fmt: skip
+    **dict.fromkeys(["OOMGuard", "PostMortemResult", "oom_guard"], ".doctor"),
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),
     **dict.fromkeys(["gather_results", "merge_results"], ".results.merge"),

@@ -42,6 +42,13 @@ def pytest_addoption(parser: Any) -> None:
         help="measure every test's call and save each test's result in DIR, one file per "
         "test (memlab_rs.load reads them)",
     )
+    group.addoption(
+        "--memlab-oom",
+        default=None,
+        metavar="DIR",
+        help="run every test's call under memlab_rs.oom_guard: a test that runs out of "
+        "memory leaves a post-mortem in DIR (memlab-rs show reads it)",
+    )
 
 
 def pytest_configure(config: Any) -> None:
@@ -61,6 +68,13 @@ def pytest_configure(config: Any) -> None:
     _check_save_dir(config.getoption("memlab_save"))
     if config.getoption("memlab") or config.getoption("memlab_save") is not None:
         _measuring(config)
+    oom_dir = config.getoption("memlab_oom")
+    if oom_dir is not None:
+        if not oom_dir:
+            raise pytest.UsageError("--memlab-oom: give the folder to save post-mortems in")
+        from memlab_rs.integrations.pytest_oom import OOMPlugin
+
+        config.pluginmanager.register(OOMPlugin(oom_dir), "memlab_rs.oom")
 
 
 @pytest.hookimpl(trylast=True)  # after other plugins and conftests have added their marks

@@ -51,13 +51,25 @@ def run(options: argparse.Namespace, kind: str, name: str, args: list[str]) -> i
         _use_device(device)
     targets = _line_targets(options.line, main)
     builtins.profile = profile  # type: ignore[attr-defined]
+    saved: list[tuple[str, str]] = []
     tracer = None
     if options.trace:
         from ..trace import Tracer
 
         tracer = Tracer(device=device).start()
 
-    status = _runner.run(main)
+    guard = None
+    if options.oom or options.oom_dir:
+        from ..doctor import oom_guard
+
+        guard = oom_guard.install(dir=options.oom_dir or folder)
+    try:
+        status = _runner.run(main)
+    finally:
+        if guard is not None:
+            oom_guard.uninstall()
+    if guard is not None and guard.path is not None:
+        saved.append(("out-of-memory post-mortem", str(guard.path)))
 
     if targets is not None:
         targets.uninstall()
@@ -65,7 +77,8 @@ def run(options: argparse.Namespace, kind: str, name: str, args: list[str]) -> i
             _say(f"--line {missing}: its module was never imported, so it was not profiled")
         for missing in targets.not_found:
             _say(f"--line {missing}: the module defines no such function; not profiled")
-    saved, failed = _save_all(options, main, tracer, folder)
+    found, failed = _save_all(options, main, tracer, folder)
+    saved += found
     if failed:
         status = status or 2
     if not saved and not options.quiet:

@@ -18,7 +18,8 @@ Run a Python script (or -m module) as `python script.py args` would: same sys.ar
 __main__, output and exit status. `@profile` works without an import (memlab_rs.profile:
 the report also prints at exit, as in-process), --line profiles functions without
 decorating them, --report saves a MemReporter tensor report of what the script's globals
-hold when it ends, --trace records the allocation history.
+hold when it ends, --trace records the allocation history, --oom explains an
+out-of-memory error at the failing allocation.
 
 Results are saved in the current directory as memlab_rs.<script>.<pid>[.rank<R>].json
 (the line profile), .tensor_report.json and .trace.json; the rank part is there when
@@ -55,6 +56,17 @@ class RunCommand(Command):
             "--trace",
             action="store_true",
             help="record the allocation history (memlab_rs.trace.Tracer) and save it",
+        )
+        parser.add_argument(
+            "--oom",
+            action="store_true",
+            help="explain an out-of-memory error where it happens (memlab_rs.oom_guard): a "
+            "post-mortem is saved and its summary printed on stderr; the error goes on",
+        )
+        parser.add_argument(
+            "--oom-dir",
+            metavar="DIR",
+            help="where --oom saves post-mortems (default: the current directory)",
         )
         parser.add_argument(
             "-o",

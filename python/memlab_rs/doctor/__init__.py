@@ -1,5 +1,12 @@
 """The doctor: why memory ran out and where it goes wrong (the post-mortem of an
 out-of-memory error, the caching allocator's fragmentation, memory that grows step after
-step). The Rust side is ``_core.doctor``."""
+step). The Rust side is ``_core.doctor``.
 
-__all__: list[str] = []
+It sits above the other rooms: a post-mortem names the live tensors with the tensor
+report's walk, the live set by line with the trace, and the batch that fits with the
+estimate."""
+
+from memlab_rs.doctor.guard import OOMGuard, oom_guard
+from memlab_rs.doctor.result import PostMortemResult
+
+__all__ = ["OOMGuard", "PostMortemResult", "oom_guard"]
