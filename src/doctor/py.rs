@@ -29,7 +29,9 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
 fn fragmentation_analyse(py: Python<'_>, input: &str) -> PyResult<String> {
     let input: Input = from_json(input)?;
     // Pure Rust over owned data: other threads may run meanwhile.
-    let result = py.detach(|| fragmentation::analyse(&input))?;
+    let result = py
+        .detach(|| fragmentation::analyse(&input))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(to_json(&result))
 }
 

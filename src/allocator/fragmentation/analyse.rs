@@ -4,61 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::input::{checked, BlockState, Input, Placed, Segment, SegmentType, Settings};
+use super::input::{BlockState, Input, Placed, Segment};
 use super::request::verdict;
 use super::result::{
     ExpandableView, Fragmentation, FreeBlock, PoolRow, SegmentRow, SizeRange, VERSION,
 };
-use crate::allocator::caching::{LARGE_BUFFER, SMALL_SEGMENT};
-use crate::results::DataError;
-
-/// The checked snapshot, as the analysis and the request's replay read it.
-pub struct View {
-    pub settings: Settings,
-    pub segments: Vec<Segment>,
-    pub blocks: Vec<Vec<Placed>>,
-    pub reserved_bytes: u64,
-    pub device_free_bytes: Option<u64>,
-    pub allowed_bytes: Option<u64>,
-}
-
-impl View {
-    pub fn new(input: &Input) -> Result<View, DataError> {
-        let settings = Settings::parse(&input.allocator_conf, input.max_split_size)?;
-        let (segments, blocks) = checked(input)?;
-        let reserved_bytes = segments.iter().map(|s| s.total_size).sum();
-        Ok(View {
-            settings,
-            segments,
-            blocks,
-            reserved_bytes,
-            device_free_bytes: input.device_free_bytes,
-            allowed_bytes: input.allowed_bytes,
-        })
-    }
-}
-
-pub fn pool_name(t: SegmentType) -> String {
-    match t {
-        SegmentType::Small => "small".into(),
-        SegmentType::Large => "large".into(),
-    }
-}
-
-/// The page of an expandable segment: 2 MiB in the small pool, 20 MiB in the large.
-pub fn page(t: SegmentType) -> u64 {
-    match t {
-        SegmentType::Small => SMALL_SEGMENT,
-        SegmentType::Large => LARGE_BUFFER,
-    }
-}
-
-/// Bytes of `[address, address + size)` lying in whole pages counted from `base`.
-pub fn whole_pages(base: u64, address: u64, size: u64, page: u64) -> u64 {
-    let first = (address - base).div_ceil(page);
-    let end = (address + size - base) / page;
-    end.saturating_sub(first) * page
-}
+use super::view::{page, pool_name, whole_pages, View};
+use super::FieldError;
 
 /// torch's `inactive_split_bytes` of one segment: free blocks of a segment split into
 /// several blocks (expandable segments are left out, as torch leaves them out).
@@ -82,8 +34,8 @@ fn sum_state(blocks: &[Placed], state: BlockState) -> u64 {
 }
 
 /// The analysis of `input` (and its request's verdict, when it has one); a ValueError-worthy
-/// `DataError` naming the field when the snapshot is damaged.
-pub fn analyse(input: &Input) -> Result<Fragmentation, DataError> {
+/// `FieldError` naming the field when the snapshot is damaged.
+pub fn analyse(input: &Input) -> Result<Fragmentation, FieldError> {
     let view = View::new(input)?;
     let mut pools: BTreeMap<([u64; 2], String, u64), PoolRow> = BTreeMap::new();
     let mut segments = Vec::with_capacity(view.segments.len());
@@ -169,7 +121,7 @@ pub fn analyse(input: &Input) -> Result<Fragmentation, DataError> {
         split += seg_split;
     }
     let mut pools: Vec<PoolRow> = pools.into_values().collect();
-    pools.sort_by(|a, b| b.free_bytes.cmp(&a.free_bytes));
+    pools.sort_by_key(|p| std::cmp::Reverse(p.free_bytes));
     let packed_reserved_bytes = packed
         .values()
         .map(|(bytes, pg)| bytes.div_ceil(*pg) * pg)
@@ -195,10 +147,7 @@ pub fn analyse(input: &Input) -> Result<Fragmentation, DataError> {
             }
         }
     }
-    let request = match &input.request {
-        Some(req) => Some(verdict(&view, req)),
-        None => None,
-    };
+    let request = input.request.as_ref().map(|req| verdict(&view, req));
     Ok(Fragmentation {
         version: VERSION,
         device: format!("cuda:{}", input.device),

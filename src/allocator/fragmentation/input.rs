@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::FieldError;
 use crate::allocator::caching::{DIVISION_INTERVALS, LARGE_BUFFER};
-use crate::results::DataError;
 
 const MIB: u64 = 1 << 20;
 
@@ -144,7 +144,7 @@ impl Settings {
     /// (`key:value` pairs separated by commas; `roundup_power2_divisions` either one number
     /// or `[256:4,512:2,>:1]`), with `max_split_size` (bytes, -1 unlimited) from the
     /// counters when known. A value torch would refuse is an error naming the key.
-    pub fn parse(conf: &str, max_split_size: Option<i64>) -> Result<Settings, DataError> {
+    pub fn parse(conf: &str, max_split_size: Option<i64>) -> Result<Settings, FieldError> {
         let mut s = Settings::default();
         for item in split_top(conf) {
             let item = item.trim();
@@ -188,14 +188,14 @@ impl Settings {
     }
 }
 
-fn bad(key: &str, what: &str) -> DataError {
-    DataError {
+fn bad(key: &str, what: &str) -> FieldError {
+    FieldError {
         path: "allocator_conf".into(),
         message: format!("{key} {what}"),
     }
 }
 
-fn number(key: &str, value: &str) -> Result<u64, DataError> {
+fn number(key: &str, value: &str) -> Result<u64, FieldError> {
     value
         .parse::<u64>()
         .map_err(|_| bad(key, &format!("must be a whole number, got {value:?}")))
@@ -222,7 +222,7 @@ fn split_top(conf: &str) -> Vec<&str> {
 /// torch's parseRoundUpPower2Divisions: one number for every interval, or a list of
 /// `boundary_mb:divisions` (the first fills the intervals below it too) and `>:divisions`
 /// for every interval after the last boundary.
-fn divisions(value: &str) -> Result<[u64; DIVISION_INTERVALS], DataError> {
+fn divisions(value: &str) -> Result<[u64; DIVISION_INTERVALS], FieldError> {
     const KEY: &str = "roundup_power2_divisions";
     let mut out = [0u64; DIVISION_INTERVALS];
     let Some(list) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) else {
@@ -276,7 +276,7 @@ pub struct Placed {
 /// The input's segments of its device, checked, sorted by address, with each block's
 /// address (given or derived). A block list that does not tile its segment, a block address
 /// that disagrees, an empty segment or overlapping segments are errors naming the field.
-pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), DataError> {
+pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), FieldError> {
     let mut chosen: Vec<(usize, &Segment)> = input
         .segments
         .iter()
@@ -286,26 +286,26 @@ pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), DataEr
     for (i, seg) in &chosen {
         let here = |field: &str| format!("segments[{i}].{field}");
         if seg.blocks.is_empty() {
-            return Err(DataError {
+            return Err(FieldError {
                 path: here("blocks"),
                 message: "a segment holds at least one block".into(),
             });
         }
-        seg.address.checked_add(seg.total_size).ok_or(DataError {
+        seg.address.checked_add(seg.total_size).ok_or(FieldError {
             path: here("total_size"),
             message: "address + total_size overflows 64 bits".into(),
         })?;
         let mut at = seg.address;
         for (j, b) in seg.blocks.iter().enumerate() {
             if b.size == 0 {
-                return Err(DataError {
+                return Err(FieldError {
                     path: here(&format!("blocks[{j}].size")),
                     message: "a block has a positive size".into(),
                 });
             }
             if let Some(a) = b.address {
                 if a != at {
-                    return Err(DataError {
+                    return Err(FieldError {
                         path: here(&format!("blocks[{j}].address")),
                         message: format!(
                             "{a:#x}, but the blocks before it end at {at:#x} (blocks tile their segment)"
@@ -313,14 +313,14 @@ pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), DataEr
                     });
                 }
             }
-            at = at.checked_add(b.size).ok_or(DataError {
+            at = at.checked_add(b.size).ok_or(FieldError {
                 path: here(&format!("blocks[{j}].size")),
                 message: "the blocks' sizes overflow 64 bits".into(),
             })?;
         }
         let sum = at - seg.address;
         if sum != seg.total_size {
-            return Err(DataError {
+            return Err(FieldError {
                 path: here("total_size"),
                 message: format!("{}, but its blocks' sizes sum to {sum}", seg.total_size),
             });
@@ -330,7 +330,7 @@ pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), DataEr
     for pair in chosen.windows(2) {
         let ((_, a), (j, b)) = (pair[0], pair[1]);
         if a.address + a.total_size > b.address {
-            return Err(DataError {
+            return Err(FieldError {
                 path: format!("segments[{j}].address"),
                 message: format!(
                     "{:#x} lies inside the segment at {:#x} ({} bytes)",
@@ -362,7 +362,7 @@ pub fn checked(input: &Input) -> Result<(Vec<Segment>, Vec<Vec<Placed>>), DataEr
         .collect();
     if let Some(r) = &input.request {
         if r.size == 0 {
-            return Err(DataError {
+            return Err(FieldError {
                 path: "request.size".into(),
                 message: "must be a positive number of bytes".into(),
             });

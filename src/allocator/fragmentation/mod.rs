@@ -15,10 +15,27 @@ pub mod input;
 pub mod render;
 pub mod request;
 pub mod result;
+pub mod view;
 
 pub use analyse::analyse;
 pub use input::{Input, Request};
 pub use result::{Fragmentation, Verdict};
+
+/// A snapshot or setting that does not fit: the field's path (`segments[3].total_size`) and
+/// what is wrong there. The doctor's binding makes it a ValueError.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
 
 #[cfg(test)]
 mod tests;

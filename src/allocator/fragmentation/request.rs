@@ -10,9 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use super::analyse::{page, pool_name, whole_pages, View};
 use super::input::{BlockState, Request, SegmentType, Settings};
 use super::result::{Outcome, Scenario, Verdict};
+use super::view::{page, pool_name, whole_pages, View};
 use crate::allocator::caching::{
     allocation_size, round_size_divided, Layout, State, LARGE_BUFFER, SMALL_SIZE,
 };
@@ -254,7 +254,7 @@ fn expandable(
         })
         .and_then(|(seg, blocks)| {
             let last = blocks.last()?;
-            (last.state == BlockState::Free).then(|| (seg.address, *last))
+            (last.state == BlockState::Free).then_some((seg.address, *last))
         });
     let tail_bytes = tail.map_or(0, |(_, b)| b.size);
     let pages = |tail_bytes: u64| size.saturating_sub(tail_bytes).div_ceil(pg) * pg;

@@ -3,7 +3,12 @@
 
 use super::result::Outcome;
 use super::{analyse, Input};
-use crate::results::from_json;
+
+/// `T` from JSON, or the failing field's path and message (as the binding's from_json).
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+}
 
 const MIB: u64 = 1 << 20;
 
@@ -111,7 +116,7 @@ fn damaged_snapshots_name_the_field() {
     let bad = |json: &str| {
         let input: Input = match from_json(json) {
             Ok(i) => i,
-            Err(e) => return e.to_string(),
+            Err(e) => return e,
         };
         analyse(&input).unwrap_err().to_string()
     };
