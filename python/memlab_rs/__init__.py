@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+    from .doctor.allocator_fragmentation import FragmentationResult, fragmentation
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
         DEFAULT_COLUMNS,
@@ -48,6 +49,7 @@ __all__ = [
     "Courtesy",
     "CourtesyRestoreError",
     "FakeStepError",
+    "FragmentationResult",
     "LineProfileResult",
     "LineProfiler",
     "LineRecordsDisplay",
@@ -69,6 +71,7 @@ __all__ = [
     "clear_global_line_profiler",
     "diff_results",
     "estimate",
+    "fragmentation",
     "gather_results",
     "global_line_profiler",
     "load",
@@ -95,6 +98,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
                     ".tensor_report"),  # fmt: skip
+    **dict.fromkeys(["FragmentationResult", "fragmentation"], ".doctor.allocator_fragmentation"),
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),
     **dict.fromkeys(["gather_results", "merge_results"], ".results.merge"),

@@ -2,4 +2,6 @@
 out-of-memory error, the caching allocator's fragmentation, memory that grows step after
 step). The Rust side is ``_core.doctor``."""
 
-__all__: list[str] = []
+from memlab_rs.doctor.allocator_fragmentation import FragmentationResult, fragmentation, from_snapshot
+
+__all__: list[str] = ["FragmentationResult", "fragmentation", "from_snapshot"]
