@@ -88,16 +88,31 @@ __all__ = [
 #: Each public name -> the module that defines it (as the TYPE_CHECKING imports say).
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["parse_size", "readable_size"], "._core"),
-    **dict.fromkeys(["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"],
-                    ".courtesy"),  # fmt: skip
-    **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
-                    ".estimation"),  # fmt: skip
-    **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineProfileResult", "LineRecordsDisplay",
-                     "MergedLineProfile", "clear_global_line_profiler", "global_line_profiler",
-                     "profile", "profile_every", "set_target_gpu"], ".line_profiler"),  # fmt: skip
+    **dict.fromkeys(
+        ["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"], ".courtesy"
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"], ".estimation"
+    ),  # fmt: skip
+    **dict.fromkeys(
+        [
+            "DEFAULT_COLUMNS",
+            "LineProfiler",
+            "LineProfileResult",
+            "LineRecordsDisplay",
+            "MergedLineProfile",
+            "clear_global_line_profiler",
+            "global_line_profiler",
+            "profile",
+            "profile_every",
+            "set_target_gpu",
+        ],
+        ".line_profiler",
+    ),  # fmt: skip
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
-    **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
-                    ".tensor_report"),  # fmt: skip
+    **dict.fromkeys(
+        ["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"], ".tensor_report"
+    ),  # fmt: skip
     **dict.fromkeys(["FragmentationResult", "fragmentation"], ".doctor.allocator_fragmentation"),
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),

@@ -85,8 +85,7 @@ def parse_device(device: object, name: str) -> torch.device:
         else:
             if index < 0:
                 raise ValueError(
-                    f"{name}={device!r}: a CUDA device index is 0 or more "
-                    "(use 'cpu' for the CPU)"
+                    f"{name}={device!r}: a CUDA device index is 0 or more (use 'cpu' for the CPU)"
                 )
             try:
                 dev = torch.device("cuda", index)

@@ -1,10 +1,13 @@
 """`_core.doctor`: the doctor's results (post-mortem, fragmentation, leaks) checked and
 rendered from their JSON text."""
 
-__all__: list[str] = []
+__all__ = [
+    "fragmentation_analyse",
+    "fragmentation_validate",
+    "fragmentation_render",
+]
 
 # -- fragmentation (src/allocator/fragmentation; bound in src/doctor/py.rs) --
-__all__ += ["fragmentation_analyse", "fragmentation_validate", "fragmentation_render"]
 
 def fragmentation_analyse(input: str) -> str:
     """The fragmentation result's JSON from one device's snapshot JSON (a ValueError naming

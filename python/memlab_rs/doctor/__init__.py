@@ -2,6 +2,10 @@
 out-of-memory error, the caching allocator's fragmentation, memory that grows step after
 step). The Rust side is ``_core.doctor``."""
 
-from memlab_rs.doctor.allocator_fragmentation import FragmentationResult, fragmentation, from_snapshot
+from memlab_rs.doctor.allocator_fragmentation import (
+    FragmentationResult,
+    fragmentation,
+    from_snapshot,
+)
 
 __all__: list[str] = ["FragmentationResult", "fragmentation", "from_snapshot"]

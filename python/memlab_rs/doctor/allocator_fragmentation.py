@@ -248,7 +248,9 @@ def from_snapshot(
             f"segments must be a list of snapshot segments (dicts), got {_args.shown(segments)}"
         )
     if not isinstance(stream, int) or isinstance(stream, bool) or stream < 0:
-        raise TypeError(f"stream must be the snapshot's stream number (an int >= 0), got {stream!r}")
+        raise TypeError(
+            f"stream must be the snapshot's stream number (an int >= 0), got {stream!r}"
+        )
     state: dict[str, Any] = {
         "device": device,
         "segments": segments,

@@ -191,7 +191,11 @@ def _carved():
 def test_a_carved_segment_is_fragmentation_and_expandable_segments_would_fit():
     r = from_snapshot(_carved(), request="30 MiB", device_free_bytes=1 << 34,
                       allowed_bytes=110 * MiB)  # fmt: skip
-    assert (r.free_bytes, r.largest_free_block, r.inactive_split_bytes) == (40 * MiB, 20 * MiB, 40 * MiB)
+    assert (r.free_bytes, r.largest_free_block, r.inactive_split_bytes) == (
+        40 * MiB,
+        20 * MiB,
+        40 * MiB,
+    )
     assert r.fragmented()
     assert r.fits() is False
     assert r.fits("expandable_segments:True") is True
@@ -202,7 +206,11 @@ def test_a_carved_segment_is_fragmentation_and_expandable_segments_would_fit():
     assert v["max_split"]["estimate"] is True
     assert r.fits("max_split_size_mb") is True
     text = r.text()
-    assert "fragmentation: 40.0 MiB free in this pool and stream, but the largest free block is 20.0 MiB" in text
+    assert (
+        "fragmentation: 40.0 MiB free in this pool and stream, "
+        "but the largest free block is 20.0 MiB"
+        in text
+    )
     assert "as configured: out of memory" in text
     assert "with expandable_segments:True: fits after the allocator gives back 40.0 MiB" in text
 
