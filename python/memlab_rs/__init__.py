@@ -23,6 +23,7 @@ if _typing.TYPE_CHECKING:
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
     from .doctor import OOMGuard, PostMortemResult, oom_guard
+    from .doctor.allocator_fragmentation import FragmentationResult, fragmentation
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
         DEFAULT_COLUMNS,
@@ -49,6 +50,7 @@ __all__ = [
     "Courtesy",
     "CourtesyRestoreError",
     "FakeStepError",
+    "FragmentationResult",
     "LineProfileResult",
     "LineProfiler",
     "LineRecordsDisplay",
@@ -72,6 +74,7 @@ __all__ = [
     "clear_global_line_profiler",
     "diff_results",
     "estimate",
+    "fragmentation",
     "gather_results",
     "global_line_profiler",
     "load",
@@ -89,17 +92,33 @@ __all__ = [
 #: Each public name -> the module that defines it (as the TYPE_CHECKING imports say).
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["parse_size", "readable_size"], "._core"),
-    **dict.fromkeys(["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"],
-                    ".courtesy"),  # fmt: skip
-    **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
-                    ".estimation"),  # fmt: skip
-    **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineProfileResult", "LineRecordsDisplay",
-                     "MergedLineProfile", "clear_global_line_profiler", "global_line_profiler",
-                     "profile", "profile_every", "set_target_gpu"], ".line_profiler"),  # fmt: skip
+    **dict.fromkeys(
+        ["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"], ".courtesy"
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"], ".estimation"
+    ),  # fmt: skip
+    **dict.fromkeys(
+        [
+            "DEFAULT_COLUMNS",
+            "LineProfiler",
+            "LineProfileResult",
+            "LineRecordsDisplay",
+            "MergedLineProfile",
+            "clear_global_line_profiler",
+            "global_line_profiler",
+            "profile",
+            "profile_every",
+            "set_target_gpu",
+        ],
+        ".line_profiler",
+    ),  # fmt: skip
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
-    **dict.fromkeys(["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"],
-                    ".tensor_report"),  # fmt: skip
+    **dict.fromkeys(
+        ["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"], ".tensor_report"
+    ),  # fmt: skip
     **dict.fromkeys(["OOMGuard", "PostMortemResult", "oom_guard"], ".doctor"),
+    **dict.fromkeys(["FragmentationResult", "fragmentation"], ".doctor.allocator_fragmentation"),
     "load": ".results",
     **dict.fromkeys(["ResultDiff", "diff_results"], ".results.diff"),
     **dict.fromkeys(["gather_results", "merge_results"], ".results.merge"),

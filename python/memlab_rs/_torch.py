@@ -9,6 +9,7 @@ import operator
 import os
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -84,8 +85,7 @@ def parse_device(device: object, name: str) -> torch.device:
         else:
             if index < 0:
                 raise ValueError(
-                    f"{name}={device!r}: a CUDA device index is 0 or more "
-                    "(use 'cpu' for the CPU)"
+                    f"{name}={device!r}: a CUDA device index is 0 or more (use 'cpu' for the CPU)"
                 )
             try:
                 dev = torch.device("cuda", index)
@@ -233,3 +233,86 @@ def check_target_gpu(index: int, given: object) -> None:
     index is an error there too."""
     if torch.cuda.is_available() or index != 0:
         cuda_index_exists(index, f"target_gpu={given!r}")
+
+
+def cuda_allocator_state(index: int) -> dict[str, Any]:
+    """What the fragmentation analysis reads of CUDA device ``index``, as JSON values: its
+    snapshot's segments (``torch.cuda.memory_snapshot()``, frames left out), the counters it
+    checks them against, the allocator's settings and how much more the device could give.
+
+    Before CUDA is initialised the allocator holds nothing: no segments, and nothing is
+    asked of the device (asking would initialise CUDA).
+    """
+    if not cuda_ready():
+        return {"device": index, "segments": [], "allocator_conf": allocator_settings()}
+    backend = getattr(torch.cuda, "get_allocator_backend", lambda: "native")()
+    if backend != "native":
+        raise RuntimeError(
+            f"the CUDA allocator backend is {backend!r}: only torch's caching allocator "
+            "(backend 'native') keeps the segments this analysis reads"
+        )
+    try:  # 2.10+: no trace entries, which the analysis does not read (and cost time)
+        segments = torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:
+        segments = torch.cuda.memory_snapshot()
+    stats = torch.cuda.memory_stats(index)
+    free, total = torch.cuda.mem_get_info(index)
+    allowed = None
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # 2.7+
+    if get_fraction is not None:
+        fraction = get_fraction(index)
+        if fraction < 1.0:
+            allowed = int(fraction * total)
+    return {
+        "device": index,
+        "segments": [_without_frames(s) for s in segments],
+        "allocator_conf": allocator_settings(),
+        "max_split_size": stats.get("max_split_size"),
+        "reported": {
+            "reserved_bytes": stats.get("reserved_bytes.all.current"),
+            "allocated_bytes": stats.get("allocated_bytes.all.current"),
+            "inactive_split_bytes": stats.get("inactive_split_bytes.all.current"),
+        },
+        "device_free_bytes": free,
+        "allowed_bytes": allowed,
+    }
+
+
+def _without_frames(segment: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot segment without its stack frames (the analysis reads none; with history
+    recorded they are most of its size)."""
+    out = {k: v for k, v in segment.items() if k != "frames"}
+    out["blocks"] = [{k: v for k, v in b.items() if k != "frames"} for b in segment["blocks"]]
+    return out
+
+
+def allocator_settings() -> str:
+    """The CUDA caching allocator's settings text (``PYTORCH_CUDA_ALLOC_CONF``'s form): the
+    last one torch parsed (2.8+ keeps it; ``torch.cuda.memory._set_allocator_settings``
+    changes it at run time), else the environment's (``PYTORCH_ALLOC_CONF`` wins over the
+    older ``PYTORCH_CUDA_ALLOC_CONF``, as in torch)."""
+    for name in ("_accelerator_getAllocatorSettings", "_cuda_getAllocatorSettings"):
+        getter = getattr(torch._C, name, None)
+        if getter is not None:
+            text = getter()
+            if text:
+                return str(text)
+    return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+def cuda_stream_number(stream: Any, index: int) -> int:
+    """The snapshot's number of ``stream`` (a ``torch.cuda.Stream``, or that number
+    itself); None means the device's current stream (0 for the default stream)."""
+    if stream is None:
+        if not cuda_ready():
+            return 0
+        return int(torch.cuda.current_stream(index).cuda_stream)
+    if isinstance(stream, torch.cuda.Stream):
+        return int(stream.cuda_stream)
+    if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
+        return stream
+    raise TypeError(
+        f"stream must be a torch.cuda.Stream, the snapshot's stream number (an int, 0 for "
+        f"the default stream) or None for the current stream, got {_args.shown(stream)} "
+        f"({type(stream).__name__})"
+    )

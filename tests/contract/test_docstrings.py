@@ -59,6 +59,7 @@ import pytest
         "memlab_rs.cli._profiled_run",
         "memlab_rs.integrations.pytest_plugin",
         "memlab_rs.test_memory.result",
+        "memlab_rs.doctor.allocator_fragmentation",
         "memlab_rs._args",
     ],
 )

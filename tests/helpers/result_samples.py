@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 import memlab_rs
+import memlab_rs.doctor
 from memlab_rs import PytestMemoryResult, results
 
 
@@ -66,7 +67,27 @@ def samples() -> dict[str, Any]:
     test_memory = PytestMemoryResult(
         "test_a.py::test_big", "passed", [measured], results.run_meta("cpu")
     )
+    mib = 1 << 20
+    carved = [{"size": 4 * mib, "state": "active_allocated"}] * 5 + [
+        {"size": 20 * mib, "state": "inactive"},
+        {"size": 4 * mib, "state": "active_pending_free"},
+    ]
+    fragmentation = memlab_rs.doctor.from_snapshot(
+        [{"address": 1 << 40, "total_size": 44 * mib, "stream": 0, "segment_type": "large",
+          "blocks": carved}],
+        request=30 * mib,
+        device_free_bytes=0,
+    )  # fmt: skip
+    # A post-mortem of a real refused allocation: torch's CPU allocator has no 2^60 bytes.
+    guard = memlab_rs.oom_guard(dir=tempfile.mkdtemp(), summary=False)
+    try:
+        with guard:
+            torch.empty(1 << 60, dtype=torch.uint8)
+    except RuntimeError:
+        pass
     return {
+        "postmortem": guard.last,
+        "fragmentation": fragmentation,
         "line_profile": profiles[0],
         "tensor_report": report,
         "trace": tracer.result,
@@ -143,5 +164,15 @@ def use(result: Any) -> None:
     if kind == "test_memory":
         for device in result.devices:
             result.peak_bytes(device)
+    if kind == "postmortem":
+        result.summary()
+        result.advice_kinds()
+        result.render("html")
+    if kind == "fragmentation":
+        result.render("csv")
+        if result.verdict is not None:
+            result.fits()
+            result.fits("expandable_segments:True")
+            result.fragmented()
     if kind == "tracker":
         result.html()

@@ -6,7 +6,19 @@ It sits above the other rooms: a post-mortem names the live tensors with the ten
 report's walk, the live set by line with the trace, and the batch that fits with the
 estimate."""
 
+from memlab_rs.doctor.allocator_fragmentation import (
+    FragmentationResult,
+    fragmentation,
+    from_snapshot,
+)
 from memlab_rs.doctor.guard import OOMGuard, oom_guard
 from memlab_rs.doctor.result import PostMortemResult
 
-__all__ = ["OOMGuard", "PostMortemResult", "oom_guard"]
+__all__ = [
+    "FragmentationResult",
+    "OOMGuard",
+    "PostMortemResult",
+    "fragmentation",
+    "from_snapshot",
+    "oom_guard",
+]
