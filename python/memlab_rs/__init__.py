@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+    from .doctor import LeakCheck, LeakResult, leak_check, leaks
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
         DEFAULT_COLUMNS,
@@ -48,6 +49,8 @@ __all__ = [
     "Courtesy",
     "CourtesyRestoreError",
     "FakeStepError",
+    "LeakCheck",
+    "LeakResult",
     "LineProfileResult",
     "LineProfiler",
     "LineRecordsDisplay",
@@ -70,6 +73,8 @@ __all__ = [
     "diff_results",
     "estimate",
     "gather_results",
+    "leak_check",
+    "leaks",
     "global_line_profiler",
     "load",
     "max_batch_size",
@@ -87,6 +92,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["parse_size", "readable_size"], "._core"),
     **dict.fromkeys(["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"],
                     ".courtesy"),  # fmt: skip
+    **dict.fromkeys(["LeakCheck", "LeakResult", "leak_check", "leaks"], ".doctor"),
     **dict.fromkeys(["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"],
                     ".estimation"),  # fmt: skip
     **dict.fromkeys(["DEFAULT_COLUMNS", "LineProfiler", "LineProfileResult", "LineRecordsDisplay",

@@ -287,4 +287,5 @@ _KIND_MODULES = (
     "monitor",
     "trace",
     "test_memory",
+    "doctor",
 )
