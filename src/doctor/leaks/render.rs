@@ -98,9 +98,10 @@ pub fn text(report: &LeakReport) -> String {
 /// those sites only, per device.
 pub fn limit_text(report: &LeakReport, marker: &str, limit: i64) -> String {
     let mut out = format!(
-        "memlab_rs: memory grew by more than {} per call over {} calls (after {}), \
+        "memlab_rs: memory grew by more than {} {} per call over {} calls (after {}), \
          @pytest.mark.{marker}:\n",
-        plural(limit as u64, "byte", "bytes"),
+        thousands(limit),
+        if limit == 1 { "byte" } else { "bytes" },
         report.steps,
         plural(report.warmup as u64, "warm-up call", "warm-up calls"),
     );
