@@ -5,6 +5,7 @@ interrupted; bad arguments name themselves."""
 
 from __future__ import annotations
 
+import _thread
 import inspect
 import json
 import os
@@ -12,7 +13,6 @@ import signal
 import threading
 import time
 
-import _thread
 import pytest
 import torch
 from cpu_trace import assert_nothing_installed, no_trace_left  # noqa: F401  (autouse)
@@ -92,7 +92,7 @@ def test_several_sites_fastest_first_and_a_shrinking_one_left_out():
 def test_the_context_manager_measures_a_loop_that_is_not_one_function():
     kept = []
     with memlab_rs.leak_check(warmup=1, device="cpu") as check:
-        for i in range(5):
+        for _ in range(5):
             kept.append(torch.zeros(128, dtype=torch.float64))  # 1,024 bytes
             check.step()
         torch.empty(10**6)  # after the last step(): not a step's
@@ -134,7 +134,7 @@ def test_a_step_that_raises_leaves_nothing_installed():
     with pytest.raises(ZeroDivisionError):
         with memlab_rs.leak_check(device="cpu") as check:
             check.step()
-            1 / 0
+            raise ZeroDivisionError
     assert_nothing_installed()
     assert check.result is None
 

@@ -129,7 +129,10 @@ def test_a_site_that_rises_and_falls_is_not_reported(sizes, fall_at, warmup):
 
 
 ALLOCATION = st.tuples(
-    st.integers(0, 5), st.integers(0, 1 << 40), st.integers(0, 9), st.one_of(st.none(), st.integers(0, 9))
+    st.integers(0, 5),
+    st.integers(0, 1 << 40),
+    st.integers(0, 9),
+    st.one_of(st.none(), st.integers(0, 9)),
 )
 
 
@@ -160,14 +163,23 @@ def test_the_site_is_the_innermost_frame_of_user_code_shown_from_the_working_dir
         ["/work/project/models/net.py", 40, "forward"],
         ["/elsewhere/lib.py", 7, "run"],
     ]
-    recording = {"warmup": 0, "steps": 2, "exclude": ["-packages/torch/", "<stdlib>"],
-                 "cwd": "/work/project",
-                 "devices": [{"device": "cpu", "frames": frames,
-                              "stacks": [[0, 1, 2, 3, 4], [4], [0, 1]],
-                              "allocations": [[0, 8, 0, None], [0, 8, 1, None],
-                                              [1, 4, 0, None], [1, 4, 1, None],
-                                              [2, 2, 0, None], [2, 2, 1, None],
-                                              [None, 1, 0, None], [None, 1, 1, None]]}]}  # fmt: skip
+    # each stack keeps 1 allocation a step: 8, 4, 2 and 1 bytes
+    allocations = [[stack, nbytes, step, None] for step in (0, 1)
+                   for stack, nbytes in ((0, 8), (1, 4), (2, 2), (None, 1))]  # fmt: skip
+    recording = {
+        "warmup": 0,
+        "steps": 2,
+        "exclude": ["-packages/torch/", "<stdlib>"],
+        "cwd": "/work/project",
+        "devices": [
+            {
+                "device": "cpu",
+                "frames": frames,
+                "stacks": [[0, 1, 2, 3, 4], [4], [0, 1]],
+                "allocations": allocations,
+            }
+        ],
+    }
     got = json.loads(_core.doctor.leaks_analyse(json.dumps(recording)))["devices"][0]
     assert [s["location"] for s in got["sites"]] == [
         "models/net.py:40 (forward)",
