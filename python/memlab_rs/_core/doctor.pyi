@@ -1,8 +1,7 @@
 """`_core.doctor`: the doctor's results (post-mortem, fragmentation, leaks) checked and
 rendered from their JSON text."""
 
-__all__: list[str] = []
-__all__ += ["leaks_analyse", "leaks_validate", "leaks_render", "leaks_limit_text"]
+__all__ = ["leaks_analyse", "leaks_validate", "leaks_render", "leaks_limit_text"]
 
 def leaks_analyse(recording: str) -> str:
     """The growing sites of a leak check's recording (JSON), as a ``leaks`` result's JSON."""

@@ -5,5 +5,4 @@ step). The Rust side is ``_core.doctor``."""
 from memlab_rs.doctor.growth import LeakCheck, leak_check, leaks
 from memlab_rs.doctor.leak_result import LeakResult
 
-__all__: list[str] = []
-__all__ += ["LeakCheck", "LeakResult", "leak_check", "leaks"]  # growth across steps
+__all__ = ["LeakCheck", "LeakResult", "leak_check", "leaks"]

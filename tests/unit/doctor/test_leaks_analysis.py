@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from memlab_rs import _core
 
-FRAMES = [[f"/work/project/train_{i}.py", 10 + i, f"step_{i}"] for i in range(6)]
+FRAMES = [[f"/home/me/project/train_{i}.py", 10 + i, f"step_{i}"] for i in range(6)]
 TORCH = ["/venv/lib/python3.12/site-packages/torch/nn/functional.py", 5, "linear"]
 
 
@@ -21,7 +21,7 @@ def analyse(warmup, steps, allocations, stacks=None):
         "warmup": warmup,
         "steps": steps,
         "exclude": ["-packages/torch/", "<stdlib>"],
-        "cwd": "/work/project",
+        "cwd": "/home/me/project",
         "devices": [
             {
                 "device": "cpu",
@@ -160,7 +160,7 @@ def test_the_site_is_the_innermost_frame_of_user_code_shown_from_the_working_dir
         ["/venv/lib/python3.12/site-packages/torch/_tensor.py", 1, "op"],
         ["/usr/lib/python3.12/functools.py", 2, "wrapper"],
         ["<frozen importlib._bootstrap>", 3, "_call"],
-        ["/work/project/models/net.py", 40, "forward"],
+        ["/home/me/project/models/net.py", 40, "forward"],
         ["/elsewhere/lib.py", 7, "run"],
     ]
     # each stack keeps 1 allocation a step: 8, 4, 2 and 1 bytes
@@ -170,7 +170,7 @@ def test_the_site_is_the_innermost_frame_of_user_code_shown_from_the_working_dir
         "warmup": 0,
         "steps": 2,
         "exclude": ["-packages/torch/", "<stdlib>"],
-        "cwd": "/work/project",
+        "cwd": "/home/me/project",
         "devices": [
             {
                 "device": "cpu",
