@@ -40,7 +40,7 @@ import memlab_rs.cli
 from memlab_rs import results
 
 KINDS = sorted(["line_profile", "tensor_report", "trace", "monitor", "tracker", "estimate",
-                "test_memory", "merged_line_profile", "merged_tensor_report"])  # fmt: skip
+                "test_memory", "merged_line_profile", "merged_tensor_report", "leaks"])  # fmt: skip
 FUZZ = settings(
     max_examples=int(150 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,
