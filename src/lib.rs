@@ -54,6 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_stop, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_set_tag, m)?)?;
     m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_active, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu::py::trace::_cpu_trace_mark, m)?)?;
     cpu::py::trace::register_fork_handler(m.py())?;
     m.add_function(wrap_pyfunction!(
         sources::cuda::py::_cuda_direct_why_not,

@@ -22,7 +22,15 @@ if _typing.TYPE_CHECKING:
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
     from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
-    from .doctor import OOMGuard, PostMortemResult, oom_guard
+    from .doctor import (
+        LeakCheck,
+        LeakResult,
+        OOMGuard,
+        PostMortemResult,
+        leak_check,
+        leaks,
+        oom_guard,
+    )
     from .doctor.allocator_fragmentation import FragmentationResult, fragmentation
     from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
     from .line_profiler import (
@@ -51,6 +59,8 @@ __all__ = [
     "CourtesyRestoreError",
     "FakeStepError",
     "FragmentationResult",
+    "LeakCheck",
+    "LeakResult",
     "LineProfileResult",
     "LineProfiler",
     "LineRecordsDisplay",
@@ -77,6 +87,8 @@ __all__ = [
     "fragmentation",
     "gather_results",
     "global_line_profiler",
+    "leak_check",
+    "leaks",
     "load",
     "max_batch_size",
     "memory_profiler",
@@ -113,6 +125,7 @@ _HOMES: dict[str, str] = {
         ],
         ".line_profiler",
     ),  # fmt: skip
+    **dict.fromkeys(["LeakCheck", "LeakResult", "leak_check", "leaks"], ".doctor"),
     **dict.fromkeys(["MemoryMonitor", "MonitorResult", "memory_profiler"], ".monitor"),
     **dict.fromkeys(
         ["MemoryReport", "MemReporter", "MergedTensorReport", "TensorRow"], ".tensor_report"

@@ -4,7 +4,8 @@ pytest imports this module in every run of every project where memlab_rs is inst
 imports neither memlab_rs's tools nor torch (torch's import takes 1.5 s, and the tools install
 a gc callback). It registers the options and the markers, and hands over to
 ``memlab_rs.integrations.pytest_plugin`` only when asked: ``--memlab`` or ``--memlab-save``
-given, or a collected test carrying ``limit_memory`` or ``limit_cuda_memory``. Otherwise no
+given, or a collected test carrying ``limit_memory``, ``limit_cuda_memory`` or
+``limit_leaks``. Otherwise no
 hook of memlab_rs runs around any test. ``-p no:memlab_rs`` turns it off altogether.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-MARKERS = ("limit_memory", "limit_cuda_memory")
+MARKERS = ("limit_memory", "limit_cuda_memory", "limit_leaks")
 # The name the measuring plugin is registered under once it is asked for.
 PLUGIN_NAME = "memlab_rs.measure"
 
@@ -61,6 +62,13 @@ def pytest_configure(config: Any) -> None:
         "markers",
         "limit_cuda_memory(limit, device=None): fail the test if the CUDA memory its call "
         "allocates peaks above limit on device (default: the current CUDA device) (memlab_rs)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "limit_leaks(limit, calls=5, warmup=1, device=None): call the test's body warmup + "
+        "calls times with the same fixtures and fail it if memory at one line grows at every "
+        "call by more than limit bytes a call (CPU tensors, and the current CUDA device when "
+        "torch sees one; device='cpu' or 'cuda:N' for one) (memlab_rs)",
     )
     top = config.getoption("memlab_top")
     if top < 1:

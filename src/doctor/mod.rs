@@ -2,5 +2,6 @@
 //! out-of-memory error (`postmortem`), the caching allocator's fragmentation (`fragmentation`)
 //! and memory that grows step after step (`leaks`); `py` is its Python face.
 
+pub mod leaks;
 pub mod postmortem;
 pub mod py;

@@ -39,6 +39,23 @@ pub fn memlab_bytes(num_bytes: i128) -> String {
     memlab_size(num_bytes as f64)
 }
 
+/// `1048576` as `1,048,576`.
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
 /// A human form with IEC units ("4.0 MiB"), for HTML and summaries.
 pub fn human_bytes(num_bytes: i128) -> String {
     let text = bytesize::ByteSize(num_bytes.unsigned_abs() as u64)

@@ -128,3 +128,25 @@ def test_stats_reader_documents_the_cuda_readers_it_reports(monkeypatch):
             torch.ones(1, device="cuda:0")
             seen.add(profiler.stats_reader)
     assert "torch._C._cuda_memoryStats" in seen and seen <= quoted_readers()
+
+
+def test_the_guide_leak_check_example_prints_what_the_guide_quotes():
+    """The guide's leak check example, run in-process as ``train.py`` (its sites read
+    ``train.py:N``), prints the output the guide quotes; without its two ``append`` lines,
+    nothing grows."""
+    import contextlib
+    import io
+
+    blocks = blocks_after((DOCS / "guide.md").read_text(), "## leaks: memory that grows")
+    code, printed = blocks[0][1], blocks[1][1]
+    for source, expected in [
+        (code, printed),
+        ("".join(line for line in code.splitlines(True) if ".append(" not in line), None),
+    ]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(source, "train.py", "exec"), {"__name__": "train"})
+        if expected is not None:
+            assert out.getvalue() == expected + "\n"
+        else:
+            assert "no site grew at every step" in out.getvalue()

@@ -60,6 +60,8 @@ import pytest
         "memlab_rs.integrations.pytest_plugin",
         "memlab_rs.test_memory.result",
         "memlab_rs.doctor.allocator_fragmentation",
+        "memlab_rs.doctor.growth",
+        "memlab_rs.doctor.leak_result",
         "memlab_rs._args",
     ],
 )

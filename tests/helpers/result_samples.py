@@ -56,6 +56,9 @@ def samples() -> dict[str, Any]:
     track = tracker.track()
     del held
     estimate = memlab_rs.estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")
+    leak_kept: list[torch.Tensor] = []
+    leaks = memlab_rs.leaks(lambda: leak_kept.append(torch.zeros(64)), steps=3, device="cpu")
+    leak_kept.clear()  # no tensor of it outlives samples()
     measured = {
         "device": "cpu",
         "peak_bytes": 1 << 20,
@@ -95,6 +98,7 @@ def samples() -> dict[str, Any]:
         "tracker": track,
         "estimate": estimate,
         "test_memory": test_memory,
+        "leaks": leaks,
         "merged_line_profile": memlab_rs.merge_results(profiles),
         "merged_tensor_report": memlab_rs.merge_results([report, report], ranks=[0, 1]),
     }

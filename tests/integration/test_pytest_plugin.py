@@ -581,3 +581,66 @@ def test_result_round_trip(tmp_path):
     )
     with pytest.raises(ValueError, match=r"t.py::test_a was not measured on 'cpu' \(measured: "):
         loaded.measurement("cpu")
+
+
+# -- limit_leaks: memory that grows when the body runs again ---------------------------------
+
+LEAKS = """
+import pytest
+import torch
+
+KEPT = []
+
+
+@pytest.fixture
+def cache():
+    return {}
+
+
+@pytest.mark.limit_leaks("1 KB", calls=4, device="cpu")
+def test_leaks_2000_bytes_a_call():
+    KEPT.append(torch.empty(2000, dtype=torch.uint8))  # the leak
+    torch.ones(1000).sum()
+
+
+@pytest.mark.limit_leaks("1 KB", calls=4, device="cpu")
+def test_leaks_under_the_limit():
+    KEPT.append(torch.empty(100, dtype=torch.uint8))
+
+
+@pytest.mark.limit_leaks(0, calls=3, warmup=2, device="cpu")
+def test_steady_with_a_fixture(cache):
+    cache["last"] = torch.randn(4096)  # replaced each call: steady
+    assert cache["last"].numel() == 4096
+
+
+@pytest.mark.limit_leaks(0)
+def test_fails_on_its_own():
+    assert False, "the test's own failure"
+"""
+
+
+def test_limit_leaks_fails_a_growing_body_with_its_line_and_passes_steady_ones(pytester):
+    pytester.makepyfile(test_leaks=LEAKS)
+    result = run(pytester, "-rA")
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    line = line_of(LEAKS, "# the leak")
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_leaks_2000_bytes_a_call _*",
+            "memlab_rs: memory grew by more than 1,000 bytes per call over 4 calls (after 1 "
+            "warm-up call), @pytest.mark.limit_leaks('1 KB', calls=4, device='cpu'):",
+            "cpu:",
+            f"  +2,000 bytes/step  test_leaks.py:{line} (test_leaks_2000_bytes_a_call)",
+            "      live at each step's end: *; 5 allocations alive at the end",
+        ]
+    )
+    assert "AssertionError: the test's own failure" in out
+    for outcome, test in [
+        ("FAILED", "test_leaks_2000_bytes_a_call - Failed: memlab_rs"),
+        ("PASSED", "test_leaks_under_the_limit"),
+        ("PASSED", "test_steady_with_a_fixture"),
+        ("FAILED", "test_fails_on_its_own - AssertionError"),
+    ]:
+        assert f"{outcome} test_leaks.py::{test}" in out

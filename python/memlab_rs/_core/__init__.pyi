@@ -36,6 +36,7 @@ __all__ = [
     "_cpu_stop",
     "_cpu_table_has",
     "_cpu_trace_active",
+    "_cpu_trace_mark",
     "_cpu_trace_set_tag",
     "_cpu_trace_start",
     "_cpu_trace_stop",
@@ -157,6 +158,10 @@ def _cpu_trace_set_tag(tag: str) -> None:
 
 def _cpu_trace_active() -> bool:
     """Whether a CPU trace is running."""
+
+def _cpu_trace_mark() -> int:
+    """How many entries the running CPU trace has taken so far, kept and dropped (a step's
+    end, for the leak check); RuntimeError if none runs."""
 
 def _cuda_direct_why_not(device: int) -> str | None: ...
 def _cuda_direct_notice(device: int) -> str | None:

@@ -8,6 +8,10 @@ __all__ = [
     "postmortem_complete",
     "postmortem_validate",
     "postmortem_render",
+    "leaks_analyse",
+    "leaks_validate",
+    "leaks_render",
+    "leaks_limit_text",
 ]
 
 # -- fragmentation (src/allocator/fragmentation; bound in src/doctor/py.rs) --
@@ -32,3 +36,17 @@ def postmortem_validate(data: str) -> str:
 
 def postmortem_render(data: str, format: str, view: str) -> str:
     """The post-mortem as `text`, `summary`, `html` or `json`."""
+
+# -- leaks (src/doctor/leaks) --
+
+def leaks_analyse(recording: str) -> str:
+    """The growing sites of a leak check's recording (JSON), as a ``leaks`` result's JSON."""
+
+def leaks_validate(data: str) -> str:
+    """A ``leaks`` result's data as its derive reads it (a ValueError naming the field)."""
+
+def leaks_render(data: str, format: str, view: str) -> str:
+    """A ``leaks`` result as text (``format="text"``; it takes no view options)."""
+
+def leaks_limit_text(data: str, marker: str, limit: int) -> str:
+    """The failure message of a test whose sites grew by more than ``limit`` bytes a call."""

@@ -84,6 +84,22 @@ def start_layout() -> dict[str, Any]:
     return start
 
 
+def mark(marker: str) -> None:
+    """Leave a ``snapshot`` entry in the history now, tagged ``marker`` where torch can tag
+    entries (``metadata_supported``): where a step ends, for the leak check, found again in
+    the history by that tag (else as the snapshot entries in order). Cheap where torch can
+    leave the history out of a snapshot (2.11+; ``segments_now``)."""
+    if metadata_supported():
+        before = _get_metadata()
+        torch.cuda.memory._set_memory_metadata(marker)
+        try:
+            segments_now()
+        finally:
+            torch.cuda.memory._set_memory_metadata(before)
+    else:
+        segments_now()
+
+
 class _NoInductor(types.SimpleNamespace):
     """Stands in for ``torch._inductor`` while torch symbolises frames (see `snapshot`)."""
 

@@ -11,14 +11,20 @@ from memlab_rs.doctor.allocator_fragmentation import (
     fragmentation,
     from_snapshot,
 )
+from memlab_rs.doctor.growth import LeakCheck, leak_check, leaks
 from memlab_rs.doctor.guard import OOMGuard, oom_guard
+from memlab_rs.doctor.leak_result import LeakResult
 from memlab_rs.doctor.result import PostMortemResult
 
 __all__ = [
     "FragmentationResult",
+    "LeakCheck",
+    "LeakResult",
     "OOMGuard",
     "PostMortemResult",
     "fragmentation",
     "from_snapshot",
+    "leak_check",
+    "leaks",
     "oom_guard",
 ]

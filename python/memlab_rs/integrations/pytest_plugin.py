@@ -27,6 +27,19 @@ out-of-memory error depends on).
 
 A test with a limit is also traced (``memlab_rs.trace.Tracer``) so that its failure shows
 which lines allocated what was alive at the peak.
+
+``@pytest.mark.limit_leaks(limit, calls=5, warmup=1, device=None)`` asks another question,
+in the spirit of pytest-memray's ``limit_leaks``: does memory grow when the test's body runs
+again? pytest-memray counts what is still allocated when one call ends, which flags every
+cache and lazily built object as a leak; here the body (the test function, not its
+fixtures) is called ``warmup + calls`` times with the same fixture values, under
+``memlab_rs.leaks``, and the test fails when a source line's live bytes rose at every one
+of the ``calls`` measured calls by more than ``limit`` a call; the failure names each such
+line as ``file:line (function)`` with its bytes per call. The body must be safe to call
+repeatedly (a test that consumes a fixture's iterator is not). ``device``: ``"cpu"`` (CPU
+tensors), ``"cuda"``/``"cuda:N"``, or None (CPU tensors, and the current CUDA device when
+torch sees one). It cannot share a test with ``limit_memory``: both record CPU allocations
+and only one CPU recording runs at a time.
 """
 
 from __future__ import annotations
@@ -42,8 +55,9 @@ from typing import Any
 import pytest
 import torch
 
-from .. import _core, results
+from .. import _args, _core, results
 from .._torch import cuda_index_exists, device_key
+from ..doctor import leaks
 from ..test_memory import PytestMemoryResult
 from ..trace import Tracer  # (and through it _sources.cpu_source, the CPU source's glue)
 
@@ -60,14 +74,20 @@ def _limit_memory(limit: Any) -> None: ...
 def _limit_cuda_memory(limit: Any, device: Any = None) -> None: ...
 
 
+def _limit_leaks(limit: Any, calls: Any = 5, warmup: Any = 1, device: Any = None) -> None: ...
+
+
 _SIGNATURES = {
     "limit_memory": inspect.signature(_limit_memory),
     "limit_cuda_memory": inspect.signature(_limit_cuda_memory),
+    "limit_leaks": inspect.signature(_limit_leaks),
 }
 _USAGE = {
     "limit_memory": "@pytest.mark.limit_memory(limit), e.g. @pytest.mark.limit_memory('512 MB')",
     "limit_cuda_memory": "@pytest.mark.limit_cuda_memory(limit, device=None), e.g. "
     "@pytest.mark.limit_cuda_memory('2 GB')",
+    "limit_leaks": "@pytest.mark.limit_leaks(limit, calls=5, warmup=1, device=None), e.g. "
+    "@pytest.mark.limit_leaks('1 KB', calls=5)",
 }
 
 
@@ -131,6 +151,53 @@ def parse_limit(marker: Any) -> Limit:
     return Limit(marker.name, text, limit_bytes, device)
 
 
+@dataclass(frozen=True)
+class LeakLimit:
+    """A test's ``limit_leaks`` marker, checked at collection."""
+
+    #: the marker as the test wrote it: ``limit_leaks('1 KB', calls=5)``
+    written: str
+    limit_bytes: int
+    calls: int
+    warmup: int
+    #: "cpu", a CUDA device as written, or None (CPU tensors and the current CUDA device)
+    device: Any
+
+
+def parse_leak_limit(marker: Any) -> LeakLimit:
+    """The limit of a ``limit_leaks`` marker; a ValueError that names the marker and says
+    what is wrong otherwise.
+
+    >>> import pytest
+    >>> parse_leak_limit(pytest.mark.limit_leaks("1 KiB", calls=3).mark).calls
+    3
+    >>> parse_leak_limit(pytest.mark.limit_leaks(0, calls=1).mark)
+    Traceback (most recent call last):
+    ...
+    ValueError: @pytest.mark.limit_leaks(0, calls=1): calls must be an int >= 2, got 1 ...
+    """
+    text = written(marker)
+    try:
+        bound = _SIGNATURES[marker.name].bind(*marker.args, **marker.kwargs)
+        bound.apply_defaults()
+    except TypeError as error:
+        raise ValueError(f"@pytest.mark.{text}: {error}; write {_USAGE[marker.name]}") from None
+    arguments = bound.arguments
+    try:
+        limit_bytes = _core.parse_size(arguments["limit"])
+        calls = _args.count(arguments["calls"], "calls", minimum=2)
+        warmup = _args.count(arguments["warmup"], "warmup")
+        device = arguments["device"]
+        if device is not None:
+            key = device_key(device, "device")
+            if key != "cpu" and not key.startswith("cuda:"):
+                raise ValueError(f"device={device!r}: use 'cpu', 'cuda', 'cuda:N' or None")
+    except (TypeError, ValueError) as error:
+        hint = " (one measured call shows no trend)" if "calls must" in str(error) else ""
+        raise ValueError(f"@pytest.mark.{text}: {error}{hint}") from None
+    return LeakLimit(text, limit_bytes, calls, warmup, device)
+
+
 def file_name(nodeid: str) -> str:
     """A file name for a test's result: its node id with every run of characters other than
     letters, digits, ``.``, ``_`` and ``-`` made one ``_`` (long ones cut, with a hash of the
@@ -167,6 +234,8 @@ class MemlabPlugin:
         self.top = int(config.getoption("memlab_top"))
         #: node id -> the test's limits (from its markers, checked at collection)
         self.limits: dict[str, list[Limit]] = {}
+        #: node id -> the test's limit_leaks marker
+        self.leak_limits: dict[str, LeakLimit] = {}
         #: (node id, outcome, measurements) of each test measured, in run order
         self.records: list[tuple[str, str, list[dict[str, Any]]]] = []
         self._pending: dict[str, list[dict[str, Any]]] = {}
@@ -194,6 +263,18 @@ class MemlabPlugin:
                 except ValueError as error:
                     errors.append(f"{item.nodeid}: {error}")
             self.limits[item.nodeid] = limits
+            marker = item.get_closest_marker("limit_leaks")
+            if marker is not None:
+                try:
+                    self.leak_limits[item.nodeid] = parse_leak_limit(marker)
+                except ValueError as error:
+                    errors.append(f"{item.nodeid}: {error}")
+                if item.get_closest_marker("limit_memory") is not None:
+                    errors.append(
+                        f"{item.nodeid}: @pytest.mark.limit_leaks and "
+                        "@pytest.mark.limit_memory cannot share a test (each records CPU "
+                        "allocations, and one CPU recording runs at a time): split the test"
+                    )
         if errors:
             raise pytest.UsageError(
                 "memlab_rs: malformed memory limits, so no test ran:\n  " + "\n  ".join(errors)
@@ -223,6 +304,47 @@ class MemlabPlugin:
         if failures:
             pytest.fail("\n".join(failures).rstrip("\n"), pytrace=False)
         return result
+
+    # tryfirst: the body is ours to call (repeatedly) before pytest's own call runs it once
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: Any) -> bool | None:
+        limit = self.leak_limits.get(pyfuncitem.nodeid)
+        if limit is None:
+            return None
+        function = pyfuncitem.obj
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            pytest.fail(
+                f"memlab_rs: @pytest.mark.{limit.written} calls the test's body repeatedly, "
+                "which an async test's plugin runs; use memlab_rs.leaks inside the test",
+                pytrace=False,
+            )
+        device = limit.device
+        if device is not None and device != "cpu":
+            if not torch.cuda.is_available():
+                pytest.fail(
+                    f"memlab_rs: {pyfuncitem.nodeid} has @pytest.mark.{limit.written}, but "
+                    "torch sees no CUDA device here; skip it where there is no GPU",
+                    pytrace=False,
+                )
+            try:
+                cuda_index_exists(int(device_key(device)[5:]), f"@pytest.mark.{limit.written}")
+            except ValueError as error:
+                pytest.fail(f"memlab_rs: {pyfuncitem.nodeid}: {error}", pytrace=False)
+        # As pytest's own pytest_pyfunc_call: the test's arguments from its fixtures.
+        arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        result = leaks(
+            lambda: function(**arguments), steps=limit.calls, warmup=limit.warmup, device=device
+        )
+        if any(s["bytes_per_step"] > limit.limit_bytes for s in result.sites()):
+            message = _core.doctor.leaks_limit_text(
+                result.data_json(), limit.written, limit.limit_bytes
+            )
+            pytest.fail(self._relative_lines(message).rstrip("\n"), pytrace=False)
+        return True
+
+    def _relative_lines(self, text: str) -> str:
+        """Paths under pytest's rootdir shown from it, as the limit failures show them."""
+        return text.replace(self._root, "")
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when != "call":

@@ -389,6 +389,17 @@ pub fn stop() -> Option<(Recorder, Vec<LiveAtStop>)> {
     Some((recorder, live))
 }
 
+/// How many entries the running trace has taken so far, kept and dropped: the position in
+/// its entries of whatever comes next (a step's end, for the leak check). None when no
+/// trace runs. The recorder's lock alone orders it with the entries: every entry is pushed
+/// under it.
+pub fn position() -> Option<u64> {
+    lock()
+        .as_ref()
+        .filter(|r| !r.forked)
+        .map(|r| r.dropped + r.events.len() as u64)
+}
+
 /// Whether a trace is running.
 pub fn active() -> bool {
     ACTIVE.load(Relaxed)
@@ -521,6 +532,16 @@ mod tests {
         assert_eq!(live, [(4096, 100, 0)]);
         assert!(stop().is_none());
         *super::super::table::lock() = None;
+    }
+
+    #[test]
+    fn a_position_counts_kept_and_dropped_entries() {
+        let mut recorder = Recorder::new(4, Vec::new());
+        for i in 0..6 {
+            recorder.push_alloc(i, 1, 0);
+        }
+        recorder.push_free(0, 1);
+        assert_eq!(recorder.dropped + recorder.events.len() as u64, 8);
     }
 
     #[test]

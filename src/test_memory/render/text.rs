@@ -5,23 +5,7 @@
 use super::{Measurement, Peak, Row};
 use crate::test_memory::result::TestMemory;
 use crate::text::size::human_bytes;
-
-/// `1048576` as `1,048,576`.
-pub fn thousands(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
+pub use crate::text::size::thousands;
 
 /// `1,048,576 bytes (1.0 MiB)`.
 pub fn bytes(n: i64) -> String {

@@ -41,7 +41,7 @@ from memlab_rs import results
 
 KINDS = sorted(["line_profile", "tensor_report", "trace", "monitor", "tracker", "estimate",
                 "test_memory", "merged_line_profile", "merged_tensor_report",
-                "fragmentation", "postmortem"])  # fmt: skip
+                "fragmentation", "postmortem", "leaks"])  # fmt: skip
 FUZZ = settings(
     max_examples=int(150 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,

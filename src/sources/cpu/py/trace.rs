@@ -1,6 +1,7 @@
 //! The CPU trace's Python side: `_cpu_trace_start`, `_cpu_trace_stop` (a snapshot dict in
 //! the schema of `torch.cuda.memory._snapshot()`, plus a `"memlab_rs"` key: see
-//! TRACE_CONTRACT in the issue), `_cpu_trace_set_tag` and `_cpu_trace_active`.
+//! TRACE_CONTRACT in the issue), `_cpu_trace_set_tag`, `_cpu_trace_mark` (a position in the
+//! entries) and `_cpu_trace_active`.
 //!
 //! A trace is one user of the CPU source (`lifecycle::start` / `lifecycle::stop`), so the allocator
 //! hook is installed while it runs, with or without a line profiler. Starting and stopping
@@ -150,6 +151,28 @@ fn without_collections<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> Py
 #[pyfunction]
 pub fn _cpu_trace_set_tag(tag: &str) {
     record::set_tag(tag);
+}
+
+/// The running CPU trace's position: how many entries it has taken so far, kept and
+/// dropped (entry `position - dropped` of the snapshot's list is the next one). Marks where a
+/// step ends, for the leak check.
+///
+/// Example:
+///     >>> import torch
+///     >>> from memlab_rs import _core
+///     >>> _core._cpu_trace_start(1000)
+///     >>> before = _core._cpu_trace_mark()
+///     >>> x = torch.empty(1024)
+///     >>> trace = _core._cpu_trace_stop()
+///     >>> trace["device_traces"][0][before]["action"]
+///     'alloc'
+#[pyfunction]
+pub fn _cpu_trace_mark() -> PyResult<u64> {
+    record::position().ok_or_else(|| {
+        PyRuntimeError::new_err(
+            "no CPU trace is running: start one with _cpu_trace_start(max_entries)",
+        )
+    })
 }
 
 /// Whether a CPU trace is running.
