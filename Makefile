@@ -13,14 +13,18 @@ NOX_ARGS ?=
 
 .PHONY: demo test build wheel lint bench clean
 
+# Bytecode is written as modules are first imported: with PYTHONDONTWRITEBYTECODE set (as on
+# this project's machines) every `import torch` would compile its sources again, and uv writes
+# none at install (its --compile-bytecode compiles all of torch: 33 s of CPU, where what an
+# import needs takes about 2 s). An empty value turns the setting off for every recipe.
+export PYTHONDONTWRITEBYTECODE :=
+
 # uv installs: it keeps every wheel unpacked in its cache (~/.cache/uv) and hard-links it here
 # and into the test environments of noxfile.py, so torch's ~5 GB are fetched and unpacked once.
-# --compile-bytecode: uv writes no .pyc by default, and with PYTHONDONTWRITEBYTECODE set (as
-# on this project's machines) every `import torch` would compile its sources again (noxfile.py).
 $(DEPS): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -r requirements-dev.txt
+	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements-dev.txt
 	touch $@
 
 # Build the release wheel and install it, so tests run against what users get: the very wheel

@@ -64,6 +64,12 @@ def main(argv: list[str]) -> int:
     queue = [PYTHONS[-1], PYTHONS[0], *reversed(PYTHONS[1:-1])]
     failed: list[str] = []
     lock = threading.Lock()
+    # One core's worth of torch threads per lane: torch starts as many intra-op threads as
+    # the machine has cores in every interpreter, so lanes side by side would run twice as
+    # many busy threads as cores, and OpenMP threads that spin while waiting for each other
+    # lose their time slices. A value the caller set stands.
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // count)))
 
     def lane() -> None:
         while True:
@@ -74,7 +80,11 @@ def main(argv: list[str]) -> int:
             started = time.monotonic()
             with tempfile.TemporaryFile("w+") as log:
                 code = subprocess.call(
-                    NOX + ["-s", f"tests-{version}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+                    NOX + ["-s", f"tests-{version}"],
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
                 )
                 log.seek(0)
                 with lock:

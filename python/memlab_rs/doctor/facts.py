@@ -88,11 +88,43 @@ def found_objects(
     return mods, opts
 
 
+def frame_names(frames: list[types.FrameType]) -> list[tuple[torch.Tensor, str]]:
+    """The tensors the failing frames' variables hold, named ``function:variable`` (an
+    element of a list or tuple ``function:variable[i]``), innermost frame first."""
+    named = []
+    for frame in frames:
+        where = frame.f_code.co_name
+        for name, value in list(frame.f_locals.items()):
+            if isinstance(value, torch.Tensor):
+                named.append((value, f"{where}:{name}"))
+            elif isinstance(value, (list, tuple)) and len(value) <= 1000:
+                named += [
+                    (v, f"{where}:{name}[{i}]")
+                    for i, v in enumerate(value)
+                    if isinstance(v, torch.Tensor)
+                ]
+    return named
+
+
 def live_tensors(
-    device: str, models: dict[str, torch.nn.Module], optimizers: dict[str, Any]
+    device: str,
+    models: dict[str, torch.nn.Module],
+    optimizers: dict[str, Any],
+    frame_names: list[tuple[torch.Tensor, str]],
 ) -> dict[str, Any]:
-    """The device's live storages by name (the tensor report's walk), biggest first."""
+    """The device's live storages by name (the tensor report's walk), biggest first: the
+    models' and optimizers' names, then the failing frames' variables."""
     from ..tensor_report import MemReporter
+
+    class _WithFrameNames(MemReporter):
+        # The tensor report names what a model and its optimizers hold; a post-mortem also
+        # names what the failing frames' variables hold (the activations being computed).
+        def __init__(self, model: Any, extra: list[tuple[torch.Tensor, str]]):
+            super().__init__(model)
+            self._extra = extra
+
+        def _named_tensors(self) -> list[tuple[torch.Tensor, str]]:
+            return super()._named_tensors() + self._extra
 
     # A model given alone is named as MemReporter names it ("weight"); models found in the
     # frames or given by name are prefixed by that name ("model.weight").
@@ -103,7 +135,7 @@ def live_tensors(
         model = torch.nn.ModuleDict(
             {(k or "model").replace(".", "_"): v for k, v in models.items()}
         )
-    reporter = MemReporter(model)
+    reporter = _WithFrameNames(model, frame_names)
     for opt in optimizers.values():
         reporter.add_optimizer(opt)
     report = reporter.collect(device=device, sort_by="size", top=TENSOR_ROWS)
@@ -214,53 +246,6 @@ def autograd_saved(
 # -- the CUDA device ----------------------------------------------------------------------
 
 
-def _pool_name(pool_id: Any) -> str:
-    if not pool_id or tuple(pool_id) == (0, 0):
-        return "default"
-    return ",".join(str(int(p)) for p in pool_id)
-
-
-def _allocator_settings() -> tuple[bool, int | None]:
-    """Whether expandable segments are on, and max_split_size in bytes (None: unlimited),
-    as PYTORCH_CUDA_ALLOC_CONF (or torch's own setter) asked."""
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") or os.environ.get("PYTORCH_ALLOC_CONF", "")
-    expandable = bool(re.search(r"expandable_segments\s*:\s*true", conf, re.I))
-    split = re.search(r"max_split_size_mb\s*:\s*(\d+)", conf)
-    return expandable, (int(split.group(1)) << 20 if split else None)
-
-
-def segments(index: int) -> tuple[list[dict[str, Any]], bool, bool]:
-    """The allocator's segments on device `index` (the largest SEGMENTS_KEPT), whether all
-    were kept, and whether any is expandable."""
-    rows: list[dict[str, Any]] = []
-    expandable = False
-    for seg in torch.cuda.memory_snapshot():
-        if int(seg.get("device", index)) != index:
-            continue
-        expandable = expandable or bool(seg.get("is_expandable", False))
-        free, used, offset = [], [], 0
-        for block in seg.get("blocks", []):
-            size = int(block["size"])
-            if block.get("state") == "inactive":
-                free.append([offset, size])
-            else:
-                used.append(size)
-            offset += size
-        rows.append(
-            {
-                "pool": _pool_name(seg.get("segment_pool_id")),
-                "stream": int(seg.get("stream", 0)),
-                "segment_type": str(seg.get("segment_type", "large")),
-                "total_size": int(seg["total_size"]),
-                "free_blocks": free,
-                "used_blocks": used,
-                "expandable": bool(seg.get("is_expandable", False)),
-            }
-        )
-    rows.sort(key=lambda s: -int(s["total_size"]))
-    return rows[:SEGMENTS_KEPT], len(rows) <= SEGMENTS_KEPT, expandable
-
-
 def _nvml_process_used(index: int) -> int | None:
     """This process's memory on the device as NVML reports it (pynvml, when installed)."""
     try:
@@ -285,20 +270,56 @@ def cuda_memory(index: int, total: int | None, driver_free: int | None) -> dict[
     stats = torch.cuda.memory_stats(index)
     if total is None or driver_free is None:
         driver_free, total = torch.cuda.mem_get_info(index)
-    segs, complete, any_expandable = segments(index)
-    expandable, max_split = _allocator_settings()
     return {
         "total": int(total),
         "driver_free": int(driver_free),
         "reserved": int(stats.get("reserved_bytes.all.current", 0)),
         "allocated": int(stats.get("allocated_bytes.all.current", 0)),
         "inactive_split": int(stats.get("inactive_split_bytes.all.current", 0)),
-        "expandable_segments": expandable or any_expandable,
-        "max_split_size": max_split,
         "process_used": _nvml_process_used(index),
-        "segments": segs,
-        "segments_complete": complete,
     }
+
+
+def allocator_state(index: int, driver_free: int) -> dict[str, Any]:
+    """What the fragmentation analysis reads (the segments without frames, the counters,
+    the settings), with the driver's free memory at the failing allocation."""
+    state = _torch.cuda_allocator_state(index)
+    state["device_free_bytes"] = int(driver_free)
+    return state
+
+
+def fragmentation(state: dict[str, Any], need: int, stream: int) -> dict[str, Any]:
+    """The allocator floor's fragmentation of `state`, with the verdict on a request of
+    `need` bytes on `stream` in the default pools: torch's malloc path replayed."""
+    from .allocator_fragmentation import from_snapshot
+
+    result = from_snapshot(
+        state["segments"],
+        device=int(state["device"]),
+        request=need,
+        stream=stream,
+        allocator_conf=state.get("allocator_conf", ""),
+        max_split_size=state.get("max_split_size"),
+        device_free_bytes=state.get("device_free_bytes"),
+        allowed_bytes=state.get("allowed_bytes"),
+        reported=state.get("reported"),
+    )
+    return result.to_data()
+
+
+#: torch's CUDA message names the request rounded to two decimals of its unit.
+_CUDA_REQUEST = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def cuda_request_from_message(message: str) -> int | None:
+    """The request an OOM message names, rounded up to the allocator's 512 bytes (its
+    message keeps two decimals: within 0.5% of the request)."""
+    found = _CUDA_REQUEST.search(message)
+    if not found:
+        return None
+    size = float(found.group(1)) * _UNITS[found.group(2)]
+    return max(512, -(-int(size) // 512) * 512)
 
 
 # -- the host -----------------------------------------------------------------------------

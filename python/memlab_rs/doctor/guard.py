@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .. import _args, results
+from .. import _args, _torch, results
 from . import facts
 from .result import PostMortemResult
 
@@ -218,6 +218,14 @@ class OOMGuard:
             pending, self._pending = self._pending, None
             if pending is not None:  # the observer wrote it: add what only the error knows
                 pending["error"] = facts.first_line(error)
+                # The observer knows the segment the allocator asked for; the message names
+                # the request itself (to 0.5%): the verdict is replayed for it.
+                asked = facts.cuda_request_from_message(str(error))
+                alloc = pending["request"]["allocation_bytes"]
+                if asked is not None and alloc is not None and asked < alloc:
+                    pending["fragmentation"] = facts.fragmentation(
+                        pending["_state"], asked, pending["request"]["stream"]
+                    )
                 self._add_batch(pending)
                 self._finish(pending, quiet=True)
                 return
@@ -226,6 +234,12 @@ class OOMGuard:
             found = self._gather(f"cuda:{index}", frames, source="exception")
             found["error"] = facts.first_line(error)
             found["cuda"] = facts.cuda_memory(index, None, None)
+            asked = facts.cuda_request_from_message(str(error))
+            stream = _torch.cuda_stream_number(None, index)
+            found["request"]["stream"] = stream
+            if asked is not None:
+                state = facts.allocator_state(index, found["cuda"]["driver_free"])
+                found["fragmentation"] = facts.fragmentation(state, asked, stream)
             found["notices"].append(
                 "seen as the error left the guarded code (this torch has no out-of-memory "
                 "observer): the failing frames' locals may already be gone"
@@ -246,9 +260,12 @@ class OOMGuard:
         started = time.perf_counter()
         frames = facts.user_frames(frame)
         found = self._gather(f"cuda:{index}", frames, source="observer", started=started)
+        stream = _torch.cuda_stream_number(None, index)
         found["request"]["allocation_bytes"] = alloc
-        found["request"]["stream"] = int(torch.cuda.current_stream(index).stream_id)
+        found["request"]["stream"] = stream
         found["cuda"] = facts.cuda_memory(index, total, free)
+        found["_state"] = facts.allocator_state(index, free)
+        found["fragmentation"] = facts.fragmentation(found["_state"], alloc, stream)
         self._finish(found)
         self._pending = found
 
@@ -290,7 +307,7 @@ class OOMGuard:
                     {"location": r.location, "bytes": int(r.bytes), "count": int(r.count)}
                     for r in rows[: facts.TENSOR_ROWS]
                 ]
-        found.update(facts.live_tensors(device, models, optimizers))
+        found.update(facts.live_tensors(device, models, optimizers, facts.frame_names(frames)))
         saved = facts.autograd_saved(torch.device(device), frames, models, optimizers)
         if saved is not None:
             found["autograd"] = saved
@@ -300,9 +317,18 @@ class OOMGuard:
 
     def _add_batch(self, found: dict[str, Any]) -> None:
         """The largest batch whose estimated step fits what torch could have had: the
-        device's total less what was used outside torch's allocator."""
+        device's total less what was used outside torch's allocator. An estimate that
+        fails is a notice: the rest of the post-mortem stands."""
         if self.make_inputs is None or self.batch_size is None or found.get("cuda") is None:
             return
+        try:
+            self._estimate_batch(found)
+        except Exception as e:  # noqa: BLE001 - say why, keep the post-mortem
+            found["notices"].append(
+                f"the batch that fits could not be estimated: {type(e).__name__}: {e}"
+            )
+
+    def _estimate_batch(self, found: dict[str, Any]) -> None:
         from ..estimation import max_batch_size
 
         cuda = found["cuda"]
@@ -311,10 +337,7 @@ class OOMGuard:
         opt = next(iter(found["_optimizers"].values()), None)
         kwargs: dict[str, Any] = {}
         if opt is not None:
-            kwargs["optimizer"] = type(opt)
-            kwargs["optimizer_kwargs"] = {
-                k: v for k, v in opt.defaults.items() if not isinstance(v, torch.Tensor)
-            }
+            kwargs["optimizer"] = _same_optimizer(opt)
         fits = max_batch_size(
             model,
             self.make_inputs,
@@ -373,6 +396,17 @@ class OOMGuard:
             n += 1
             path = folder / f"{name}_{n}.json"
         return path
+
+
+def _same_optimizer(opt: torch.optim.Optimizer) -> Callable[[Any], torch.optim.Optimizer]:
+    """A factory building `opt`'s class with its hyperparameters on other parameters (the
+    estimate's fake copy): the defaults its constructor takes (an AdamW's defaults also
+    hold keys its constructor does not take)."""
+    import inspect
+
+    taken = inspect.signature(type(opt).__init__).parameters
+    hyper = {k: v for k, v in opt.defaults.items() if k in taken and k != "params"}
+    return lambda params: type(opt)(params, **hyper)
 
 
 def _named(value: Any, kind: type, name: str) -> dict[str, Any]:

@@ -1,187 +1,94 @@
-//! What a post-mortem's figures mean: the free bytes of each pool and stream, and advice
-//! computed from them. Nothing here is canned: each piece of advice is given only when the
-//! numbers say it applies, and names the bytes it is about.
-//!
-//! The caching allocator's rules used here (c10/cuda/CUDACachingAllocator.cpp): requests of
-//! at most 1 MiB come from the small pool's 2 MiB segments, larger ones from the large pool;
-//! a block serves only its own stream and pool; before it raises, the allocator has already
-//! searched every free block of the request's pool and stream and released every cached
-//! segment that was not split, so whatever free bytes remain sit in split segments. With
-//! expandable segments the allocator unmaps the free 2 MiB pages of its segments and maps
-//! pages at the end of one segment per stream, so a request needs free pages, not a
-//! contiguous free block.
+//! What a post-mortem's figures mean: advice computed from them. Nothing here is canned:
+//! each piece is given only when the numbers say it applies, and names the bytes it is
+//! about. Whether the request was a victim of fragmentation, and whether expandable
+//! segments or a `max_split_size_mb` would have let it fit, is the allocator floor's
+//! verdict (`allocator::fragmentation`: torch's malloc path replayed on the snapshot taken
+//! at the failing allocation); this module turns it and the other figures into advice.
 
-use std::collections::BTreeMap;
-
-use super::result::{Advice, PoolFree, PostMortem, Segment};
+use super::result::{Advice, PostMortem};
+use crate::allocator::fragmentation::result::{Outcome, Scenario};
 use crate::text::size::human_bytes;
-
-/// The granularity expandable segments map and unmap.
-pub const PAGE: u64 = 2 << 20;
-/// The largest request the small pool serves.
-pub const SMALL_SIZE: u64 = 1 << 20;
 
 fn size(bytes: u64) -> String {
     human_bytes(bytes as i128)
 }
 
-/// The post-mortem with its pools and advice computed from its facts.
+/// The post-mortem with its advice computed from its facts.
 pub fn complete(mut pm: PostMortem) -> PostMortem {
-    pm.pools = pools(pm.cuda.as_ref().map_or(&[][..], |c| &c.segments));
     pm.advice = advice(&pm);
     pm
 }
 
-/// Free and reserved bytes per (pool, stream, segment type), most free first.
-pub fn pools(segments: &[Segment]) -> Vec<PoolFree> {
-    let mut by: BTreeMap<(String, i64, String), PoolFree> = BTreeMap::new();
-    for s in segments {
-        let key = (s.pool.clone(), s.stream, s.segment_type.clone());
-        let row = by.entry(key).or_insert_with(|| PoolFree {
-            pool: s.pool.clone(),
-            stream: s.stream,
-            segment_type: s.segment_type.clone(),
-            reserved: 0,
-            free: 0,
-            largest_free: 0,
-            segments: 0,
-        });
-        row.reserved = row.reserved.saturating_add(s.total_size);
-        row.segments += 1;
-        for &(_, b) in free_blocks(s) {
-            row.free = row.free.saturating_add(b);
-            row.largest_free = row.largest_free.max(b);
-        }
-    }
-    let mut rows: Vec<PoolFree> = by.into_values().collect();
-    rows.sort_by(|a, b| b.free.cmp(&a.free).then(a.stream.cmp(&b.stream)));
-    rows
-}
-
-fn free_blocks(s: &Segment) -> impl Iterator<Item = &(u64, u64)> {
-    s.free_blocks.iter()
-}
-
-/// The whole 2 MiB pages inside a free block at `offset` of its segment (segments start on
-/// a page: the driver aligns allocations of 2 MiB and more to 2 MiB).
-pub fn whole_pages(offset: u64, len: u64) -> u64 {
-    let end = offset.saturating_add(len) / PAGE;
-    let start = offset.div_ceil(PAGE);
-    end.saturating_sub(start)
-}
-
-/// The bytes the failing request needed: the tensor's bytes when known, else what the
-/// allocator asked of the driver (a whole segment: at least the request).
-fn needed(pm: &PostMortem) -> Option<u64> {
-    pm.request.bytes.or(pm.request.allocation_bytes)
-}
-
-fn segment_type_of(bytes: u64) -> &'static str {
-    if bytes <= SMALL_SIZE {
-        "small"
-    } else {
-        "large"
-    }
+fn fits(s: &Option<Scenario>) -> Option<&Scenario> {
+    s.as_ref().filter(|s| s.outcome.fits() == Some(true))
 }
 
 /// Advice from the figures, most specific first.
 pub fn advice(pm: &PostMortem) -> Vec<Advice> {
     let mut out = Vec::new();
-    if let (Some(cuda), Some(need)) = (pm.cuda.as_ref(), needed(pm)) {
-        let kind = segment_type_of(need);
-        let pool = if pm.request.pool.is_empty() {
-            "default"
-        } else {
-            pm.request.pool.as_str()
-        };
-        let mine = |s: &&Segment| {
-            s.pool == pool
-                && s.segment_type == kind
-                && pm.request.stream.is_none_or(|st| s.stream == st)
-        };
-        let own: Vec<&Segment> = cuda.segments.iter().filter(mine).collect();
-        let free: u64 = own
-            .iter()
-            .flat_map(|s| s.free_blocks.iter().map(|b| b.1))
-            .sum();
-        let largest = own
-            .iter()
-            .flat_map(|s| s.free_blocks.iter().map(|b| b.1))
-            .max()
-            .unwrap_or(0);
-        let fragmented = free >= need && largest < need;
-        if fragmented {
+    let verdict = pm.fragmentation.as_ref().and_then(|f| f.request.as_ref());
+    if let (Some(cuda), Some(v)) = (pm.cuda.as_ref(), verdict) {
+        let need = v.rounded_bytes;
+        if v.fragmented {
             out.push(Advice {
                 kind: "fragmentation".into(),
                 text: format!(
-                    "Fragmentation: the {kind} pool of this stream had {} free in its \
-                     reserved segments, more than the {} asked for, but its largest free \
-                     block was {}: no block fitted.",
-                    size(free),
+                    "Fragmentation: the {} pool of this stream had {} free in its reserved \
+                     segments, more than the {} asked for, but its largest free block was \
+                     {}: no block fitted.",
+                    v.pool,
+                    size(v.free_bytes),
                     size(need),
-                    size(largest)
+                    size(v.largest_free)
                 ),
-                bytes: Some(free),
+                bytes: Some(v.free_bytes),
             });
         }
-        // Expandable segments: the free pages of every segment can be unmapped and mapped
-        // again where the request needs them.
-        let free_pages: u64 = cuda
-            .segments
-            .iter()
-            .flat_map(|s| s.free_blocks.iter())
-            .map(|&(off, len)| whole_pages(off, len))
-            .sum::<u64>()
-            .saturating_mul(PAGE);
-        let reachable = free_pages.saturating_add(cuda.driver_free);
-        let need_pages = need.div_ceil(PAGE).saturating_mul(PAGE);
-        if fragmented && !cuda.expandable_segments && reachable >= need_pages {
+        if let Some(s) = fits(&v.expandable) {
             out.push(Advice {
                 kind: "expandable_segments".into(),
                 text: format!(
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would have avoided \
-                     it: the free 2 MiB pages of the reserved segments ({}) and the \
-                     driver's free memory ({}) together hold the {} the request needs, and \
-                     expandable segments map pages where they are needed instead of \
-                     needing one free block.",
-                    size(free_pages),
-                    size(cuda.driver_free),
-                    size(need_pages)
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True would have let it fit: \
+                     the allocator could give back {} of wholly free pages of its segments \
+                     and map the {} the request needs where it needs them.",
+                    size(s.released_bytes),
+                    size(s.device_bytes)
                 ),
-                bytes: Some(free_pages),
+                bytes: Some(s.released_bytes),
             });
         }
-        // max_split_size: large segments carved by requests smaller than this one.
-        if fragmented && !cuda.expandable_segments && kind == "large" {
-            let carved: u64 = own
-                .iter()
-                .filter(|s| {
-                    s.total_size >= need
-                        && !s.used_blocks.is_empty()
-                        && s.used_blocks.iter().all(|&b| b < need)
-                })
-                .map(|s| s.total_size)
-                .sum();
-            if carved >= need && cuda.max_split_size.is_none() {
-                let mb = need.div_ceil(1 << 20);
-                out.push(Advice {
-                    kind: "max_split_size".into(),
-                    text: format!(
-                        "Or PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}: {} of segments \
-                         large enough for this request were split by smaller ones; blocks \
-                         above {mb} MiB are then kept whole for requests above it.",
-                        size(carved)
-                    ),
-                    bytes: Some(carved),
-                });
-            }
+        if let Some(s) = fits(&v.max_split) {
+            out.push(Advice {
+                kind: "max_split_size".into(),
+                text: format!(
+                    "PYTORCH_CUDA_ALLOC_CONF={} would {}let it fit: blocks above that size are \
+                     kept whole for requests above it{}.",
+                    s.setting,
+                    if v.expandable.is_some() && fits(&v.expandable).is_some() {
+                        "also "
+                    } else {
+                        ""
+                    },
+                    if s.estimate {
+                        " (an estimate: it assumes the program allocated what it allocated \
+                         before with the setting on)"
+                    } else {
+                        ""
+                    }
+                ),
+                bytes: None,
+            });
         }
         // Free memory this stream or pool cannot use.
-        let elsewhere: u64 = cuda
-            .segments
+        let frag = pm
+            .fragmentation
+            .as_ref()
+            .expect("the verdict is the fragmentation's");
+        let elsewhere: u64 = frag
+            .pools
             .iter()
-            .filter(|s| !mine(s))
-            .flat_map(|s| s.free_blocks.iter().map(|b| b.1))
+            .filter(|p| p.stream != v.request.stream || p.pool_id != v.request.pool_id)
+            .map(|p| p.free_bytes)
             .sum();
         if elsewhere >= need {
             out.push(Advice {
@@ -221,7 +128,7 @@ pub fn advice(pm: &PostMortem) -> Vec<Advice> {
                 bytes: Some(outside),
             });
         }
-        if !fragmented {
+        if !v.fragmented && v.configured.outcome == Outcome::OutOfMemory {
             out.push(Advice {
                 kind: "capacity".into(),
                 text: format!(

@@ -2,6 +2,7 @@
 //! is exact bytes with a human size beside it.
 
 use super::result::{PostMortem, Site};
+use crate::allocator::fragmentation::render::verdict_text;
 use crate::text::escape::escape;
 use crate::text::size::human_bytes;
 
@@ -136,19 +137,19 @@ pub fn text(pm: &PostMortem) -> String {
             "  outside torch         {}",
             exact(used.saturating_sub(c.reserved))
         ));
-        lines.push(format!(
-            "  settings              expandable_segments:{}{}",
-            if c.expandable_segments {
-                "True"
-            } else {
-                "False"
-            },
-            c.max_split_size
-                .map(|m| format!(", max_split_size_mb:{}", m >> 20))
-                .unwrap_or_default()
-        ));
-        if !c.segments_complete {
-            lines.push("  (only the largest segments were kept)".into());
+        if let Some(f) = &pm.fragmentation {
+            lines.push(format!(
+                "  settings              expandable_segments:{}{}",
+                if f.settings.expandable_segments {
+                    "True"
+                } else {
+                    "False"
+                },
+                f.settings
+                    .max_split_size
+                    .map(|m| format!(", max_split_size_mb:{}", m >> 20))
+                    .unwrap_or_default()
+            ));
         }
     }
     if let Some(h) = &pm.host {
@@ -164,20 +165,28 @@ pub fn text(pm: &PostMortem) -> String {
             }
         }
     }
-    if !pm.pools.is_empty() {
-        lines.push("Free blocks by pool and stream:".into());
-        for p in &pm.pools {
-            lines.push(format!(
-                "  {} {} pool, stream {}: {} segments, reserved {}, free {}, largest free \
-                 block {}",
-                p.pool,
-                p.segment_type,
-                p.stream,
-                p.segments,
-                human_bytes(p.reserved as i128),
-                exact(p.free),
-                exact(p.largest_free)
-            ));
+    if let Some(f) = &pm.fragmentation {
+        if !f.pools.is_empty() {
+            lines.push("Free blocks by pool and stream:".into());
+            for p in &f.pools {
+                lines.push(format!(
+                    "  {} pool {:?}, stream {}: {} segments, reserved {}, free {}, largest \
+                     free block {}",
+                    p.pool,
+                    p.pool_id,
+                    p.stream,
+                    p.segments,
+                    human_bytes(p.reserved_bytes as i128),
+                    exact(p.free_bytes),
+                    exact(p.largest_free)
+                ));
+            }
+        }
+        if let Some(v) = &f.request {
+            lines.push("The request replayed through the allocator:".into());
+            for l in verdict_text(v).lines() {
+                lines.push(format!("  {l}"));
+            }
         }
     }
     lines.push(format!(

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocator::fragmentation::Fragmentation;
 use crate::results::count::{count, opt_count};
 
 /// One out-of-memory error, explained.
@@ -54,9 +55,10 @@ pub struct PostMortem {
     /// The batch that fits, from the estimate, when the guard knew the model and inputs.
     #[serde(default)]
     pub batch: Option<BatchFit>,
-    /// Free bytes of each (pool, stream) of the device's reserved segments (analyse).
+    /// The caching allocator's fragmentation at the failing allocation, with the request's
+    /// verdict replayed through torch's malloc path (the allocator floor's analysis).
     #[serde(default)]
-    pub pools: Vec<PoolFree>,
+    pub fragmentation: Option<Fragmentation>,
     /// What to do, computed from the figures above (analyse).
     #[serde(default)]
     pub advice: Vec<Advice>,
@@ -107,44 +109,9 @@ pub struct CudaMemory {
     /// Free bytes of split segments (memory_stats' inactive_split_bytes).
     #[serde(deserialize_with = "count")]
     pub inactive_split: u64,
-    /// Whether the allocator ran with expandable segments, and its max_split_size.
-    #[serde(default)]
-    pub expandable_segments: bool,
-    #[serde(default, deserialize_with = "opt_count")]
-    pub max_split_size: Option<u64>,
     /// This process's use of the device as NVML reports it, when it could be read.
     #[serde(default, deserialize_with = "opt_count")]
     pub process_used: Option<u64>,
-    /// The allocator's segments (bounded; `segments_complete` says whether all are here).
-    #[serde(default)]
-    pub segments: Vec<Segment>,
-    #[serde(default = "yes")]
-    pub segments_complete: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// One segment of the caching allocator.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Segment {
-    /// "default" or the private pool's id.
-    pub pool: String,
-    pub stream: i64,
-    /// "small" (the <= 1 MiB pool) or "large".
-    pub segment_type: String,
-    #[serde(deserialize_with = "count")]
-    pub total_size: u64,
-    /// Its free (inactive) blocks: (offset in the segment, bytes).
-    #[serde(default)]
-    pub free_blocks: Vec<(u64, u64)>,
-    /// The sizes of its live (allocated or pending free) blocks.
-    #[serde(default)]
-    pub used_blocks: Vec<u64>,
-    #[serde(default)]
-    pub expandable: bool,
 }
 
 /// The host's memory at a CPU out-of-memory error.
@@ -224,24 +191,6 @@ pub struct BatchFit {
     pub peak_at_fit: u64,
     #[serde(deserialize_with = "count")]
     pub budget: u64,
-}
-
-/// The free bytes of one pool and stream of the device's reserved segments.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolFree {
-    pub pool: String,
-    pub stream: i64,
-    /// "small" or "large".
-    pub segment_type: String,
-    #[serde(deserialize_with = "count")]
-    pub reserved: u64,
-    #[serde(deserialize_with = "count")]
-    pub free: u64,
-    #[serde(deserialize_with = "count")]
-    pub largest_free: u64,
-    #[serde(deserialize_with = "count")]
-    pub segments: u64,
 }
 
 /// One piece of advice, with the bytes it is about.

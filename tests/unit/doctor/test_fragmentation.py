@@ -208,8 +208,7 @@ def test_a_carved_segment_is_fragmentation_and_expandable_segments_would_fit():
     text = r.text()
     assert (
         "fragmentation: 40.0 MiB free in this pool and stream, "
-        "but the largest free block is 20.0 MiB"
-        in text
+        "but the largest free block is 20.0 MiB" in text
     )
     assert "as configured: out of memory" in text
     assert "with expandable_segments:True: fits after the allocator gives back 40.0 MiB" in text

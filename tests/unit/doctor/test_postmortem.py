@@ -133,74 +133,74 @@ def test_bad_arguments_name_the_parameter():
 # -- the analysis ---------------------------------------------------------------------------
 
 
-def facts(segments, request, driver_free, expandable=False, stream=0):
-    return {
-        "device": "cuda:0",
-        "request": {"bytes": request, "allocation_bytes": None, "stream": stream,
-                    "pool": "default", "source": "history"},
-        "cuda": {"total": 80 << 30, "driver_free": driver_free,
-                 "reserved": sum(s["total_size"] for s in segments),
-                 "allocated": sum(sum(s["used_blocks"]) for s in segments),
-                 "inactive_split": 0, "expandable_segments": expandable,
-                 "segments": segments},
-        "tensor_bytes": 0, "tensor_count": 0,
-    }  # fmt: skip
-
-
 @st.composite
 def layouts(draw):
-    """Segments of the large pool on two streams, each a run of used and free blocks in
-    512-byte units."""
-    segments = []
+    """Snapshot segments of the large pool on two streams, each a run of used and free
+    blocks in 512-byte units, at 2 MiB-aligned addresses."""
+    segments, address = [], 1 << 40
     for _ in range(draw(st.integers(1, 8))):
         blocks = draw(
-            st.lists(st.tuples(st.booleans(), st.integers(1, 40_000)), min_size=1, max_size=6)
+            st.lists(st.tuples(st.booleans(), st.integers(1, 60_000)), min_size=1, max_size=6)
         )
-        free, used, offset = [], [], 0
-        for is_free, units in blocks:
-            size = units * 512
-            (free.append([offset, size]) if is_free else used.append(size))
-            offset += size
-        segments.append({"pool": "default", "stream": draw(st.sampled_from([0, 7])),
-                         "segment_type": "large", "total_size": offset,
-                         "free_blocks": free, "used_blocks": used})  # fmt: skip
+        rows = [
+            {"size": units * 512, "state": "inactive" if free else "active_allocated"}
+            for free, units in blocks
+        ]
+        total = sum(b["size"] for b in rows)
+        segments.append(
+            {"address": address, "total_size": total, "stream": draw(st.sampled_from([0, 7])),
+             "segment_type": "large", "blocks": rows}
+        )  # fmt: skip
+        address += -(-total // (2 * MiB)) * (2 * MiB)
     return segments
 
 
-@settings(max_examples=200, deadline=None)
-@given(layouts(), st.integers(2 * MiB, 64 * MiB), st.integers(0, 64 * MiB), st.booleans())
-def test_advice_follows_its_definition_on_any_layout(segments, request, driver_free, expandable):
-    pm = json.loads(
-        _core.doctor.postmortem_complete(
-            json.dumps(facts(segments, request, driver_free, expandable))
-        )
+def facts_of(segments, request, driver_free):
+    frag = memlab_rs.doctor.from_snapshot(
+        segments, request=request, stream=0, device_free_bytes=driver_free
     )
+    reserved = sum(s["total_size"] for s in segments)
+    used = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] != "inactive")
+    return {
+        "device": "cuda:0",
+        "request": {"bytes": request, "allocation_bytes": None, "stream": 0,
+                    "pool": "default", "source": "history"},
+        "cuda": {"total": 80 << 30, "driver_free": driver_free, "reserved": reserved,
+                 "allocated": used, "inactive_split": 0},
+        "tensor_bytes": 0, "tensor_count": 0,
+        "fragmentation": frag.to_data(),
+    }  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts(), st.integers(2 * MiB, 64 * MiB), st.integers(0, 64 * MiB))
+def test_advice_follows_the_allocators_verdict_on_any_layout(segments, request, driver_free):
+    """Fragmentation is named exactly when this stream's free bytes hold the request and no
+    block does; expandable segments and max_split_size are advised exactly when the
+    allocator floor's replay says they make it fit; the device is called full otherwise."""
+    facts = facts_of(segments, request, driver_free)
+    pm = json.loads(_core.doctor.postmortem_complete(json.dumps(facts)))
+    verdict = pm["fragmentation"]["request"]
     kinds = [a["kind"] for a in pm["advice"]]
-    mine = [b[1] for s in segments if s["stream"] == 0 for b in s["free_blocks"]]
+    mine = [b["size"] for s in segments if s["stream"] == 0 for b in s["blocks"]
+            if b["state"] == "inactive"]  # fmt: skip
     free, largest = sum(mine), max(mine, default=0)
-    fragmented = free >= request > largest
-    assert ("fragmentation" in kinds) == fragmented
-    assert ("capacity" in kinds) == (not fragmented)
-    if fragmented:
+    rounded = verdict["rounded_bytes"]
+    assert verdict["free_bytes"] == free and verdict["largest_free"] == largest
+    assert ("fragmentation" in kinds) == (free >= rounded > largest)
+    if "fragmentation" in kinds:
         assert next(a for a in pm["advice"] if a["kind"] == "fragmentation")["bytes"] == free
-    page = 2 * MiB
-    pages = sum(
-        max(0, (off + size) // page - -(-off // page))
-        for s in segments
-        for off, size in s["free_blocks"]
+    expandable = verdict["expandable"]
+    assert ("expandable_segments" in kinds) == (
+        expandable is not None
+        and expandable["outcome"] not in ("out_of_memory", "needs_device_memory")
     )
-    fits_expandable = pages * page + driver_free >= -(-request // page) * page
-    assert ("expandable_segments" in kinds) == (fragmented and not expandable and fits_expandable)
-    # the pools' rows add up to the layout
-    for row in pm["pools"]:
-        own = [s for s in segments if s["stream"] == row["stream"]]
-        assert row["reserved"] == sum(s["total_size"] for s in own)
-        assert row["free"] == sum(b[1] for s in own for b in s["free_blocks"])
-        assert row["largest_free"] == max((b[1] for s in own for b in s["free_blocks"]), default=0)
+    full = verdict["configured"]["outcome"] == "out_of_memory" and not verdict["fragmented"]
+    assert ("capacity" in kinds) == full
 
 
 def test_a_damaged_post_mortem_names_the_field():
-    broken = facts([], 1024, 0)
+    broken = facts_of([], 1024, 0)
     broken["cuda"]["total"] = -1
     with pytest.raises(ValueError, match="cuda.total"):
         _core.doctor.postmortem_complete(json.dumps(broken))
