@@ -329,6 +329,8 @@ class OOMGuard:
             )
 
     def _estimate_batch(self, found: dict[str, Any]) -> None:
+        make_inputs, batch = self.make_inputs, self.batch_size
+        assert make_inputs is not None and batch is not None  # _add_batch checked
         from ..estimation import max_batch_size
 
         cuda = found["cuda"]
@@ -340,19 +342,19 @@ class OOMGuard:
             kwargs["optimizer"] = _same_optimizer(opt)
         fits = max_batch_size(
             model,
-            self.make_inputs,
+            make_inputs,
             budget,
             make_targets=self.make_targets,
             loss_fn=self.loss_fn,
             device=found["device"],
-            limit=self.batch_size,
+            limit=batch,
             **kwargs,
         )
         from ..estimation import estimate
 
         peak = 0
         if fits:
-            inputs = self.make_inputs(fits)
+            inputs = make_inputs(fits)
             report = estimate(
                 model,
                 inputs,
@@ -363,7 +365,7 @@ class OOMGuard:
             )
             peak = int(report.peak_reserved)
         found["batch"] = {
-            "current": self.batch_size,
+            "current": batch,
             "fits": fits,
             "peak_at_fit": peak,
             "budget": budget,
