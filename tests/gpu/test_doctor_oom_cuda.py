@@ -185,6 +185,7 @@ def test_gpt2_with_a_batch_too_big_names_the_activations_modules_and_a_batch_tha
     assert any(":" in t["name"] for t in data["tensors"]), [t["name"] for t in data["tensors"]]
     sizes = [t["bytes"] for t in data["tensors"]]
     assert sizes == sorted(sizes, reverse=True)
+    assert data["batch"] is not None, pm.text()
     assert data["batch"]["current"] == batch
     fits = data["batch"]["fits"]
     assert 1 <= fits < batch, data["batch"]
