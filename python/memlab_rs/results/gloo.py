@@ -17,7 +17,8 @@ from typing import Any
 def gather_bytes(payload: bytes, dst: int, group: Any) -> list[bytes] | None:
     """Every rank's ``payload``, in group rank order, on global rank ``dst``; None on the
     others. A collective: every rank of ``group`` (None: the default group) calls it.
-    ``gather_results`` is its user; tests/unit/results/test_merge.py runs it in a gloo world of one.
+    ``gather_results`` is its user; tests/integration/test_merge_gloo.py runs it in a gloo
+    world of one.
     """
     import numpy as np
     import torch

@@ -1,6 +1,7 @@
-"""Courtesy's bookkeeping on CPU: nothing to move, and the whole move-and-re-point cycle
-run on CPU storages (``_allow_cpu``) so views, ties, identities and every order of calls
-are checked without a GPU."""
+"""Courtesy's bookkeeping on CPU: the whole move-and-re-point cycle run on CPU storages
+(``_allow_cpu``) so views, ties, identities and every order of calls are checked without a
+GPU. What needs a fresh interpreter (nothing to move in a process with no CUDA tensors, a
+yield from a finaliser) is in tests/integration/test_courtesy_processes.py."""
 
 from __future__ import annotations
 
@@ -20,28 +21,6 @@ from memlab_rs import Courtesy, CourtesyRestoreError, _core
 from memlab_rs.courtesy import Preemption, on_signal
 
 MiB = 1 << 20
-
-
-def test_nothing_to_move_says_so(script):
-    out = script(
-        """
-        import torch
-        from memlab_rs import Courtesy
-        model = torch.nn.Linear(8, 8)  # CPU tensors only: nothing a GPU holds
-        courtesy = Courtesy()
-        report = courtesy.yield_memory()
-        print(report.moved_storages, report.moved_bytes)
-        print(report)
-        print(courtesy.restore())
-        print(courtesy.on_host, model.weight.device)
-        """
-    )
-    assert out.splitlines() == [
-        "0 0",
-        "Courtesy: no CUDA tensors to move",
-        "Courtesy: nothing to restore",
-        "(0, 0) cpu",
-    ]
 
 
 def make_state():
@@ -316,27 +295,6 @@ def test_a_restore_that_gives_up_keeps_nothing_alive_through_cycles():
         assert watch() is None
     finally:
         gc.enable()
-
-
-def test_a_yield_from_a_finaliser_says_what_it_cannot_see(script):
-    # During a collection the walk reads only gc.get_objects(): the report must say so.
-    out = script(
-        """
-        import gc
-        from memlab_rs import Courtesy
-        notes = []
-        class Holder:
-            def __init__(self):
-                self.me = self
-            def __del__(self):
-                notes.append(str(Courtesy().yield_memory()))
-        Holder()
-        gc.collect()
-        print(notes[0])
-        """
-    )
-    assert "no CUDA tensors to move" in out
-    assert "Incomplete: the report was made during a garbage collection" in out
 
 
 def test_reports_print_their_fields():

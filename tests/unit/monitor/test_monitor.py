@@ -1,7 +1,8 @@
 """The training monitor (memory_profiler) on CPU: exact bytes on a tiny model whose figures
-are computed by hand, categories summing to the CPU source's peak, the original's block and
-CSV, gradient accumulation, iterations without backward, checkpointing, clean stop, threads
-and bad arguments."""
+are computed by hand, categories summing to the CPU source's peak, the original's CSV,
+gradient accumulation, iterations without backward, checkpointing, clean stop, threads and
+bad arguments. The original's block, line for line against a golden file in a fresh
+interpreter, is in tests/integration/test_monitor_processes.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import paths
 import pytest
 import torch
 from signal_alarms import alarms_into, spread
@@ -21,8 +21,6 @@ from torch.utils.checkpoint import checkpoint
 import memlab_rs
 from memlab_rs import _core, _module_hooks
 from memlab_rs._categories import CATEGORIES
-
-FIXTURES = paths.FIXTURES / "monitor"
 
 # Linear(1000, 500) -> ReLU -> Linear(500, 10), float32:
 PARAMS = 1000 * 500 * 4 + 500 * 4 + 500 * 10 * 4 + 10 * 4  # 2_022_040
@@ -341,31 +339,6 @@ def test_epoch_end_restarts_iterations():
     assert "Memory Usage for Iteration 2 of Epoch 2" in text
     assert "Epoch 1 finished\n" in text and "Iteration 1 of" not in text
     assert mon.text(1).splitlines()[1] == "Memory Usage for Iteration 1 of Epoch 1"
-
-
-def test_golden_block(script):
-    # A fresh interpreter, so the CPU source's figures hold only this example's tensors.
-    out = script(
-        """
-        import torch, memlab_rs
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(
-            torch.nn.Linear(2000, 1000), torch.nn.ReLU(), torch.nn.Linear(1000, 10))
-        opt = torch.optim.Adam(model.parameters())
-        monitor = memlab_rs.memory_profiler(model, print_period=2, optimizer=opt)
-        for epoch in range(2):
-            for _ in range(2):
-                loss = model(torch.randn(512, 2000)).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                monitor.record_stats()
-            monitor.epoch_end()
-        monitor.stop()
-        """
-    )
-    expected = (FIXTURES / "adam_mlp.txt").read_text()
-    assert out.splitlines() == expected.splitlines()
 
 
 def test_text_html_and_dataframe():

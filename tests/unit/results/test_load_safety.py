@@ -7,7 +7,9 @@ reader did not know, so a snapshot-shaped pickle with a `__reduce__` payload ran
 reader grew its memo table to any index a file named: 6 bytes of LONG_BINPUT made it take
 4 MiB, a 12 KB file gigabytes, and under `ulimit -v` the process aborted. Every pickle now
 passes `_core.trace.check_snapshot_pickle` before anything reads it (plain data only, every table
-bounded by the file's size) and the fallback for protocols 0 and 1 refuses every global.
+bounded by the file's size) and the fallback for protocols 0 and 1 refuses every global. The
+bombs read by a process whose address space is limited are in
+tests/integration/test_load_safety_processes.py.
 """
 
 from __future__ import annotations
@@ -18,17 +20,14 @@ import json
 import os
 import pickle
 import shutil
-import struct
-import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import paths
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pickle_bombs import laughs
 
 import memlab_rs
 import memlab_rs.cli
@@ -195,85 +194,13 @@ def test_a_snapshot_read_later_is_checked_again(tmp_path):
     assert not marker.exists()
 
 
-def _memo_bomb(count: int) -> bytes:
-    """LONG_BINPUT indices 2**20 apart: the old reader grew its memo 4 MiB per 6 bytes."""
-    body = b"".join(b"r" + struct.pack("<I", (i + 1) << 20) for i in range(count))
-    return b"\x80\x04]" + body + b"."
-
-
-def _laughs(levels: int) -> bytes:
-    """l0 = [None]; l(i+1) = [l(i), l(i)]: 2**levels values from a few hundred bytes."""
-    out = b"\x80\x04]\x94N\x61"
-    for i in range(levels):
-        out += b"]\x94(" + b"j" + struct.pack("<I", i) + b"j" + struct.pack("<I", i) + b"e"
-    return out + b"."
-
-
-def _bombs() -> dict[str, bytes]:
-    plain = {"segments": [], "device_traces": [[]]}
-    return {
-        "memo": _memo_bomb(2000),  # 12 KB
-        "laughs": _laughs(64),
-        # the laughs as a snapshot's device_traces: a reader that walks them pays 2**40
-        "laughs-in-snapshot": _laughs(40)[:-1]
-        + b"}(\x8c\x08segments]\x8c\x0ddevice_traces"
-        + b"j"
-        + struct.pack("<I", 40)
-        + b"u.",
-        "string-length": b"\x80\x04\x8d" + struct.pack("<Q", 1 << 62) + b"abc.",
-        "frame-length": b"\x80\x04\x95" + struct.pack("<Q", 1 << 40) + b"}.",
-        "long4": b"\x80\x04\x8b" + struct.pack("<I", 1 << 31) + b"\x01" * 64 + b".",
-        "int-digits": b"(I" + b"9" * 100_000 + b"\nl.",
-        "put-text": b"(lp99999999999\n.",
-        "snapshot": pickle.dumps(plain, 4),
-    }
-
-
-def test_memory_bombs_are_refused_in_bounded_memory(tmp_path):
-    """Each bomb is refused (or, the plain small snapshot, read) by a process whose address
-    space is limited to what it had plus 256 MiB: no abort, no MemoryError, a ValueError,
-    and resident memory grows by less than 32 MiB."""
-    for name, data in _bombs().items():
-        (tmp_path / f"{name}.pickle").write_bytes(data)
-    code = f"""
-        import os, resource, sys
-        import memlab_rs.trace as trace
-        def rss():
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
-        with open("/proc/self/statm") as f:
-            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
-        before = rss()
-        for name in sorted(os.listdir({str(tmp_path)!r})):
-            path = os.path.join({str(tmp_path)!r}, name)
-            try:
-                found = trace.load(path)
-                print(name, "read", found.devices)
-            except ValueError as e:
-                print(name, "refused", str(e).split(":")[-1][:60])
-        print("grew", rss() - before)
-    """
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
-    for name in _bombs():
-        verdict = lines[f"{name}.pickle"]
-        if name == "snapshot":
-            assert verdict.startswith("read"), verdict
-        else:
-            assert verdict.startswith("refused"), (name, verdict)
-    assert int(lines["grew"]) < 32 << 20, proc.stdout
-
-
 def test_the_checker_bounds_the_expansion_of_what_it_passes(tmp_path):
     """What passes expands to at most 64 values per byte (plus 2**20): the walk the
     analysis or a JSON export makes of it is linear in the file. The laughs of n levels
     hold 3 * 2**n - 1 values (l0 holds 2, each level 1 + twice the one below)."""
     path = tmp_path / "laughs.pickle"
     for levels in range(1, 40):
-        data = _laughs(levels)
+        data = laughs(levels)
         path.write_bytes(data)
         values = 3 * 2**levels - 1
         if values <= 64 * len(data) + (1 << 20):

@@ -9,7 +9,9 @@ ended in a traceback (`zlib.error` from a corrupt gzip, `RecursionError` from de
 checked before parsing (`_core.check_result_json`: nesting, numbers, NaN and Infinity), a
 gzip file may decompress to at most 256 times its size, and every kind's document is
 checked against its schema (`memlab_rs._result_schema`) before its class sees a field.
-tests/unit/results/test_load_safety.py does the same for snapshot pickles.
+tests/unit/results/test_load_safety.py does the same for snapshot pickles; a gzip bomb read
+by a process whose address space is limited is in
+tests/integration/test_load_safety_processes.py.
 """
 
 from __future__ import annotations
@@ -22,10 +24,7 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -183,57 +182,6 @@ def test_a_huge_number_is_refused_at_once():
     with pytest.raises(ValueError, match="a number of more than 32 characters"):
         results.loads(text, "huge.json")
     assert time.perf_counter() - started < 2
-
-
-def _gzip_bomb(path: Path, gib: int) -> None:
-    """A result-shaped JSON text of ``gib`` GiB of zeros in a string, as gzip members (a
-    gzip file may hold several, read one after the other): 64 MiB compressed once, repeated."""
-    zeros = gzip.compress(b"0" * (64 << 20), compresslevel=9)
-    with open(path, "wb") as f:
-        f.write(gzip.compress(b'{"format": "memlab_rs.result", "schema": 1, "x": "'))
-        for _ in range(16 * gib):
-            f.write(zeros)
-        f.write(gzip.compress(b'"}'))
-
-
-def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
-    """A 1 MiB gzip file of 1 GiB of JSON (deflate compresses zeros 1,000 times): refused
-    after 256 times its size, in a process whose address space has 512 MiB to spare, with no
-    MemoryError; a real result compressed as well as results are still loads."""
-    bomb = tmp_path / "bomb.json.gz"
-    _gzip_bomb(bomb, 1)
-    assert bomb.stat().st_size < 2 << 20
-    code = f"""
-        import os, resource
-        import memlab_rs
-        with open("/proc/self/statm") as f:
-            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        resource.setrlimit(resource.RLIMIT_AS, (size + (512 << 20), resource.RLIM_INFINITY))
-        try:
-            memlab_rs.load({str(bomb)!r})
-        except ValueError as e:
-            print("refused:", e)
-    """
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    limit = max(1 << 20, 256 * bomb.stat().st_size)
-    assert proc.stdout == (
-        f"refused: {bomb}: decompresses to more than {limit:,} bytes, 256 times its size: a "
-        "gzip bomb, not a memlab_rs result (real ones compress less than 100 times)\n"
-    )
-    # Among the most compressible real results: a monitor's record of identical iterations.
-    monitor = samples()["monitor"]
-    data = monitor.to_data()
-    rows = [{**data["rows"][0], "step": step} for step in range(1, 3001)]
-    data.update(rows=rows, details=data["details"][:1] * len(rows))
-    doc = {"format": results.FORMAT, "schema": 1, "kind": "monitor", "meta": monitor.meta}
-    text = json.dumps({**doc, "data": data}).encode()
-    path = tmp_path / "monitor.json.gz"
-    path.write_bytes(gzip.compress(text))
-    assert len(text) > 1 << 20 and len(text) > 50 * path.stat().st_size
-    assert len(memlab_rs.load(path).rows()) == 3000
 
 
 # -- every field of every kind ---------------------------------------------------------------
