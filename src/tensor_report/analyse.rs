@@ -282,6 +282,7 @@ mod tests {
     fn cuda_figures_add_a_section_and_totals_explain_the_remainder() {
         let mut r = report(vec![fact("a", "cpu", 1, 16)]);
         let figures = CudaAccounting {
+            free_in_reserved: None,
             allocated: 3 << 20,
             requested: Some((3 << 20) - 4096),
             reserved: Some(8 << 20),

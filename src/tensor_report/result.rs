@@ -79,6 +79,32 @@ pub struct CudaAccounting {
     pub driver_used: Option<u64>,
     #[serde(deserialize_with = "opt_count")]
     pub driver_total: Option<u64>,
+    /// Where the reserved but unallocated bytes are (the allocator floor's fragmentation
+    /// of the device's segments), when the segments could be read. Left out of the JSON
+    /// when absent, so that a report without it has the layout files had before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_in_reserved: Option<FreeInReserved>,
+}
+
+/// The reserved but unallocated bytes of one device, in brief (`memlab_rs.fragmentation`
+/// says where each block is).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FreeInReserved {
+    /// Free bytes in the cached segments (inactive blocks).
+    #[serde(deserialize_with = "count")]
+    pub free_bytes: u64,
+    /// The largest of those blocks: the largest request that fits without growing.
+    #[serde(deserialize_with = "count")]
+    pub largest_free: u64,
+    /// Free bytes of segments that also hold live blocks (not returned by empty_cache).
+    #[serde(deserialize_with = "count")]
+    pub inactive_split_bytes: u64,
+    #[serde(deserialize_with = "count")]
+    pub segments: u64,
+    /// Free bytes expandable segments could give back and map again elsewhere.
+    #[serde(deserialize_with = "count")]
+    pub expandable_reclaimable_bytes: u64,
 }
 
 impl CudaAccounting {
@@ -282,6 +308,7 @@ mod tests {
             verbose: false,
             sections: vec![DeviceSection {
                 cuda: Some(CudaAccounting {
+                    free_in_reserved: None,
                     allocated: 4096,
                     requested: Some(1000),
                     reserved: None,

@@ -123,3 +123,45 @@ def test_the_settings_do_what_was_predicted(default_run, conf, scenario):
     assert run["fits"]["configured"] is run["allocated"], run["text"]
     assert run["data"]["reserved_bytes"] == run["stats"]["reserved_bytes.all.current"]
     assert run["data"]["inactive_split_bytes"] == run["stats"]["inactive_split_bytes.all.current"]
+
+
+REPORT = """
+import json
+import torch
+import memlab_rs
+
+MiB = 1 << 20
+dev = torch.device("cuda:0")
+big = torch.empty(100 * MiB, dtype=torch.uint8, device=dev)
+del big
+tensors = [torch.empty(4 * MiB, dtype=torch.uint8, device=dev) for _ in range(25)]
+for i in [*range(5, 10), *range(15, 20)]:
+    tensors[i] = None
+torch.cuda.synchronize(dev)
+stats = torch.cuda.memory_stats(dev)
+report = memlab_rs.MemReporter().collect(device="cuda:0")
+section = next(s for s in report.to_data()["sections"] if s["device"] == "cuda:0")
+print(json.dumps({
+    "free": section["cuda"]["free_in_reserved"],
+    "reserved": stats["reserved_bytes.all.current"],
+    "allocated": stats["allocated_bytes.all.current"],
+    "inactive_split": stats["inactive_split_bytes.all.current"],
+    "text": report.text(),
+}))
+"""
+
+
+def test_the_cuda_tensor_report_says_where_the_free_reserved_bytes_are():
+    """The CUDA tensor report's line on the free bytes inside reserved segments: exactly
+    the allocator's reserved minus allocated, its inactive split bytes, and the 20 MiB
+    largest free block of the carved segment."""
+    proc = subprocess.run(
+        [sys.executable, "-c", REPORT], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    free = got["free"]
+    assert free["free_bytes"] == got["reserved"] - got["allocated"]
+    assert free["inactive_split_bytes"] == got["inactive_split"]
+    assert free["largest_free"] == 20 * MiB
+    assert "Free inside reserved segments: 40.0 MiB" in got["text"]

@@ -9,8 +9,11 @@ __all__ = ["collect", "with_cuda", "view", "validate", "render", "sections", "di
 def collect(named: Sequence[tuple[Any, str]], pre_collect: bool = False) -> tuple[str, list[str]]:
     """Walk gc: the report's JSON (every device, no view) and the CUDA devices it found."""
 
-def with_cuda(data: str, figures: Sequence[tuple[str, int, int | None, int | None]]) -> str:
-    """The report with each device's (device, allocated, requested, reserved) attached."""
+def with_cuda(
+    data: str, figures: Sequence[tuple[str, int, int | None, int | None, str | None]]
+) -> str:
+    """The report with each device's (device, allocated, requested, reserved, allocator
+    state JSON or None) attached."""
 
 def view(
     data: str,

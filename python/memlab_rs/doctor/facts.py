@@ -185,9 +185,10 @@ def autograd_saved(
     models: dict[str, torch.nn.Module],
     optimizers: dict[str, Any],
 ) -> dict[str, Any] | None:
-    """The tensors autograd saved for backward in the graphs reachable from the frames'
-    tensors, on `device`, each storage once, leaving out the storages Python names
-    (parameters, buffers, optimizer state, the frames' own tensors): the activations."""
+    """The tensors autograd saved for backward in the graphs of every live tensor (the gc
+    walk's, and the failing frames'), on `device`, each storage once, leaving out the
+    storages Python names (parameters, buffers, optimizer state, the frames' own tensors):
+    the activations. At most AUTOGRAD_NODES nodes are walked."""
     named: set[int] = set()
     for m in models.values():
         named.update(int(t.untyped_storage().data_ptr()) for t in m.parameters())
@@ -205,6 +206,13 @@ def autograd_saved(
                 named.add(key[0])
         if t.grad_fn is not None:
             roots.append(t.grad_fn)
+    # Every live tensor's graph too (the gc walk's tensors): the activations of a forward
+    # pass are often held only by the graph of an output the frames no longer name.
+    from .. import _core
+
+    found, _strategy, _incomplete = _core.tracked_tensors()
+    roots += [t.grad_fn for t in found if getattr(t, "grad_fn", None) is not None]
+    del found
     if not roots:
         return None
     seen_nodes: set[int] = set()

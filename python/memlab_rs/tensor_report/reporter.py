@@ -98,7 +98,9 @@ class MemReporter:
         data, cuda_devices = _core.tensor_report.collect(self._named_tensors(), self.pre_collect)
         cuda_devices += [d for d in _torch.cuda_devices_with_memory() if d not in cuda_devices]
         if cuda_devices:
-            figures = [(d, *_torch.cuda_allocator_figures(d)) for d in cuda_devices]
+            figures = [
+                (d, *_torch.cuda_allocator_figures(d), _allocator_state(d)) for d in cuda_devices
+            ]
             data = _core.tensor_report.with_cuda(data, figures)
         return data
 
@@ -209,6 +211,15 @@ class MemReporter:
 
 
 _HEADER = "Element type                                            Size  Used MEM"
+
+
+def _allocator_state(device: str) -> str | None:
+    """The allocator's segments of `device` as the fragmentation floor reads them (JSON),
+    or None when torch cannot give them (another allocator backend)."""
+    try:
+        return json.dumps(_torch.cuda_allocator_state(int(device.split(":")[1])))
+    except RuntimeError:  # not torch's caching allocator: no segments to read
+        return None
 
 
 def _text(data: str) -> str:

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use super::analyse::{self, SortBy};
 use super::diff as tensor_diff;
 use super::render::{diff as diff_render, html, json, text};
-use super::result::{CudaAccounting, TensorReport};
+use super::result::{CudaAccounting, FreeInReserved, TensorReport};
+use crate::allocator::fragmentation;
 use crate::gc_walk::facts::{FactReader, TorchHandles};
 use crate::results::py::{no_view, submodule};
 use crate::results::{from_json, to_json};
@@ -74,28 +75,49 @@ fn cuda_ordinal(device: &str) -> Option<i32> {
     device.strip_prefix("cuda:")?.parse().ok()
 }
 
+/// One CUDA device's figures: (device, allocated, requested, reserved, allocator state).
+type Figures = (String, u64, Option<u64>, Option<u64>, Option<String>);
+
 /// The report with the CUDA allocator's figures attached: `figures` lists `(device,
-/// allocated, requested, reserved)`, `requested` and `reserved` None where torch has no
-/// such figure; the driver's view of each device is added when it can be read. A device
-/// that holds allocations but no visible tensor gets a section of its own.
+/// allocated, requested, reserved, segments)`, `requested` and `reserved` None where torch
+/// has no such figure, `segments` the allocator's state as the fragmentation floor reads it
+/// (JSON; None when it could not be read); the driver's view of each device is added when
+/// it can be read. A device that holds allocations but no visible tensor gets a section of
+/// its own.
 #[pyfunction]
-fn with_cuda(
-    data: &str,
-    figures: Vec<(String, u64, Option<u64>, Option<u64>)>,
-) -> PyResult<String> {
+fn with_cuda(data: &str, figures: Vec<Figures>) -> PyResult<String> {
     let mut report: TensorReport = from_json(data)?;
-    for (device, allocated, requested, reserved) in figures {
+    for (device, allocated, requested, reserved, segments) in figures {
         let driver = cuda_ordinal(&device).and_then(driver::device_memory);
+        let free_in_reserved = match segments {
+            Some(state) => Some(free_in_reserved(&state)?),
+            None => None,
+        };
         let accounting = CudaAccounting {
             allocated,
             requested,
             reserved,
             driver_used: driver.map(|(used, _)| used),
             driver_total: driver.map(|(_, total)| total),
+            free_in_reserved,
         };
         analyse::with_cuda(&mut report, &device, accounting);
     }
     Ok(to_json(&report))
+}
+
+/// The reserved but unallocated bytes in brief, from the fragmentation floor's analysis of
+/// the allocator's state (JSON).
+fn free_in_reserved(state: &str) -> PyResult<FreeInReserved> {
+    let input: fragmentation::Input = from_json(state)?;
+    let f = fragmentation::analyse(&input).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(FreeInReserved {
+        free_bytes: f.free_bytes,
+        largest_free: f.largest_free.map_or(0, |b| b.size),
+        inactive_split_bytes: f.inactive_split_bytes,
+        segments: f.segments.len() as u64,
+        expandable_reclaimable_bytes: f.expandable.reclaimable_bytes,
+    })
 }
 
 /// The report keeping the listed devices (all if None), rows ordered by `sort_by` (None,

@@ -80,6 +80,17 @@ pub fn render(report: &TensorReport) -> String {
             }
         }
         out.push_str("</tfoot></table>");
+        if let Some(f) = s.cuda.and_then(|c| c.free_in_reserved) {
+            let _ = write!(
+                out,
+                "<p>Free inside reserved segments: {} in {} segments; largest free block {}; \
+                 {} in split segments (<code>memlab_rs.fragmentation()</code> says where)</p>",
+                human_bytes(f.free_bytes as i128),
+                f.segments,
+                human_bytes(f.largest_free as i128),
+                human_bytes(f.inactive_split_bytes as i128)
+            );
+        }
     }
     if let Some(why) = &report.incomplete {
         let _ = write!(out, "<p><b>Incomplete:</b> {}</p>", escape(why));

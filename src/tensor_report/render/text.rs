@@ -128,4 +128,16 @@ fn accounting(out: &mut String, section: &DeviceSection) {
         }
         out.push('\n');
     }
+    if let Some(f) = cuda.free_in_reserved {
+        let _ = writeln!(
+            out,
+            "Free inside reserved segments: {} in {} segments, the largest free block {} \
+             (the largest request that fits without growing the cache); {} of it in split \
+             segments (empty_cache() cannot return those); memlab_rs.fragmentation() says where",
+            human_bytes(f.free_bytes as i128),
+            f.segments,
+            human_bytes(f.largest_free as i128),
+            human_bytes(f.inactive_split_bytes as i128),
+        );
+    }
 }

@@ -19,10 +19,24 @@ from memlab_rs import _core, results
 def with_cuda_and_note(report):
     """The report with a CUDA section's accounting and an "incomplete" note, made as a
     GPU machine and an interrupted walk would make them (no GPU needed to render them)."""
-    figures = [("cuda:0", 3 << 20, (3 << 20) - 4096, 8 << 20)]
+    # the allocator's one 8 MiB segment: 3 MiB live, 5 MiB free (split)
+    blocks = [
+        {"size": 3 << 20, "state": "active_allocated"},
+        {"size": 5 << 20, "state": "inactive"},
+    ]
+    state = {"device": 0, "segments": [{"address": 1 << 40, "total_size": 8 << 20, "stream": 0,
+             "segment_type": "large", "blocks": blocks}]}  # fmt: skip
+    figures = [("cuda:0", 3 << 20, (3 << 20) - 4096, 8 << 20, json.dumps(state))]
     data = json.loads(_core.tensor_report.with_cuda(report.data_json(), figures))
+    free = data["sections"][-1]["cuda"]["free_in_reserved"]
+    assert (free["free_bytes"], free["largest_free"], free["inactive_split_bytes"]) == (
+        5 << 20, 5 << 20, 5 << 20
+    )
     data["incomplete"] = "the walk ran during a garbage collection"
-    return memlab_rs.MemoryReport.from_data(data, report.meta)
+    made = memlab_rs.MemoryReport.from_data(data, report.meta)
+    line = "Free inside reserved segments: 5.0 MiB in 1 segments, the largest free block 5.0 MiB"
+    assert line in made.text()
+    return made
 
 
 @pytest.mark.parametrize("name", NAMES)
