@@ -222,7 +222,12 @@ class OOMGuard:
                 # the request itself (to 0.5%): the verdict is replayed for it.
                 asked = facts.cuda_request_from_message(str(error))
                 alloc = pending["request"]["allocation_bytes"]
-                if asked is not None and alloc is not None and asked < alloc:
+                if (
+                    asked is not None
+                    and alloc is not None
+                    and asked < alloc
+                    and "_state" in pending
+                ):
                     pending["fragmentation"] = facts.fragmentation(
                         pending["_state"], asked, pending["request"]["stream"]
                     )
@@ -238,8 +243,11 @@ class OOMGuard:
             stream = _torch.cuda_stream_number(None, index)
             found["request"]["stream"] = stream
             if asked is not None:
-                state = facts.allocator_state(index, found["cuda"]["driver_free"])
-                found["fragmentation"] = facts.fragmentation(state, asked, stream)
+                try:
+                    state = facts.allocator_state(index, found["cuda"]["driver_free"])
+                    found["fragmentation"] = facts.fragmentation(state, asked, stream)
+                except RuntimeError as e:  # another allocator backend
+                    found["notices"].append(f"no fragmentation analysis: {e}")
             found["notices"].append(
                 "seen as the error left the guarded code (this torch has no out-of-memory "
                 "observer): the failing frames' locals may already be gone"
@@ -264,8 +272,11 @@ class OOMGuard:
         found["request"]["allocation_bytes"] = alloc
         found["request"]["stream"] = stream
         found["cuda"] = facts.cuda_memory(index, total, free)
-        found["_state"] = facts.allocator_state(index, free)
-        found["fragmentation"] = facts.fragmentation(found["_state"], alloc, stream)
+        try:
+            found["_state"] = facts.allocator_state(index, free)
+            found["fragmentation"] = facts.fragmentation(found["_state"], alloc, stream)
+        except RuntimeError as e:  # another allocator backend: no segments to replay
+            found["notices"].append(f"no fragmentation analysis: {e}")
         self._finish(found)
         self._pending = found
 
@@ -379,7 +390,7 @@ class OOMGuard:
         path = self.path if quiet and self.path is not None else self._new_path(found)
         pm.save(path)
         trace = found.get("_trace")
-        if trace is not None:
+        if trace is not None and not quiet:  # written once, with the first post-mortem
             viz = path.with_name(path.name.replace(".json", ".memory_viz.pickle"))
             trace.export_memory_viz(viz)
         self.last, self.path = pm, path
