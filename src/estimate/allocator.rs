@@ -13,24 +13,12 @@
 //! CPU: torch's CPU allocator asks `posix_memalign` for exactly the bytes requested and
 //! caches nothing, so an allocation counts its size and nothing is reserved beyond it.
 
-use crate::allocator::caching::{round_size, Layout, SMALL_SEGMENT, SMALL_SIZE};
+use crate::allocator::caching::{allocation_size, round_size, Layout, ROUND_LARGE, SMALL_SIZE};
 
-/// Requests below this take a 20 MiB segment in the large pool (kMinLargeAlloc).
-const MIN_LARGE_ALLOC: u64 = 10 << 20;
-/// Large-pool segment for requests below `MIN_LARGE_ALLOC` (kLargeBuffer).
-const LARGE_SEGMENT: u64 = 20 << 20;
-/// Larger requests get a segment of their size rounded up to this (kRoundLarge).
-const ROUND_LARGE: u64 = 2 << 20;
-
-/// The segment `cudaMalloc`ed when no cached block fits a request of `size` (rounded) bytes.
+/// The segment `cudaMalloc`ed when no cached block fits a request of `size` (rounded) bytes:
+/// torch's `get_allocation_size`, as the allocator floor models it.
 pub fn segment_size(size: u64) -> u64 {
-    if size <= SMALL_SIZE {
-        SMALL_SEGMENT
-    } else if size < MIN_LARGE_ALLOC {
-        LARGE_SEGMENT
-    } else {
-        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
-    }
+    allocation_size(size)
 }
 
 /// Which allocator the replay models (`"cuda"` or `"cpu"` in a recording).
