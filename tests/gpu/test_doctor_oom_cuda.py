@@ -232,3 +232,33 @@ def test_under_torchrun_only_the_rank_that_ran_out_writes_a_post_mortem(tmp_path
     assert pm.to_data()["rank"] == 1 and pm.to_data()["world_size"] == 2
     assert pm.device == "cuda:1"
     assert "rank 1 of 2" in pm.text()
+
+
+EARLY = """\
+import glob, json, sys, torch, memlab_rs
+memlab_rs.oom_guard.install(dir=sys.argv[1], summary=False)
+initialised = torch.cuda.is_initialized()
+x = torch.ones(1, device="cuda")  # CUDA's first use: the observer is attached now
+try:
+    torch.empty(torch.cuda.mem_get_info()[1] * 2, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:  # caught: only the observer can see it
+    pass
+memlab_rs.oom_guard.uninstall()
+print(json.dumps({"initialised": initialised,
+                  "written": len(glob.glob(sys.argv[1] + "/memlab_oom_*.json"))}))
+"""
+
+
+def test_a_guard_installed_before_cuda_is_used_does_not_initialise_it_nor_miss_a_caught_oom(
+    tmp_path: Path,
+):
+    """torch's binding initialises CUDA before it attaches an observer (older ones attach
+    to no allocator when CUDA is not initialised yet): the guard queues its observer for
+    CUDA's first use, so installing it initialises nothing and a caught OOM is still seen."""
+    (tmp_path / "early.py").write_text(EARLY)
+    proc = subprocess.run(
+        [sys.executable, "early.py", str(tmp_path)], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"initialised": False, "written": 1}

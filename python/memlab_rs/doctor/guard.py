@@ -46,6 +46,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: The guards now active, innermost last; the observer serves the innermost.
 _ACTIVE: list[OOMGuard] = []
 _OBSERVER_ATTACHED = False
+#: Queued to attach when torch initialises CUDA (the guard started before CUDA's first use).
+_OBSERVER_QUEUED = False
 #: Set while a post-mortem is being written: a second OOM inside it is left alone.
 _BUSY = threading.local()
 
@@ -78,11 +80,29 @@ def observer_supported() -> bool:
 
 
 def _attach_observer() -> None:
-    global _OBSERVER_ATTACHED
-    if _OBSERVER_ATTACHED or not torch.cuda.is_available() or not observer_supported():
+    """Attach the observer once per process, without initialising CUDA: torch's binding
+    initialises CUDA before it attaches (older ones attach to no allocator at all when CUDA
+    is not initialised yet), so before CUDA's first use it is queued to run when torch
+    initialises CUDA (`torch.cuda._lazy_call`, as torch queues its own seeding)."""
+    global _OBSERVER_QUEUED
+    if _OBSERVER_ATTACHED or _OBSERVER_QUEUED or not observer_supported():
         return
-    torch._C._cuda_attach_out_of_memory_observer(_observer)  # type: ignore[attr-defined]
-    _OBSERVER_ATTACHED = True
+    if torch.cuda.is_initialized():
+        _attach_now()
+        return
+    lazy_call = getattr(torch.cuda, "_lazy_call", None)
+    if lazy_call is None:  # no queue: attaching now would initialise CUDA; the exception path stays
+        return
+    _OBSERVER_QUEUED = True
+    lazy_call(_attach_now)
+
+
+def _attach_now() -> None:
+    """Attach the observer (CUDA is initialised, or being initialised by torch)."""
+    global _OBSERVER_ATTACHED
+    if not _OBSERVER_ATTACHED:
+        torch._C._cuda_attach_out_of_memory_observer(_observer)  # type: ignore[attr-defined]
+        _OBSERVER_ATTACHED = True
 
 
 class OOMGuard:
