@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -162,15 +161,6 @@ def live_tensors(
 # -- what autograd holds for backward -----------------------------------------------------
 
 
-def _frame_tensors(frames: list[types.FrameType]) -> Iterator[torch.Tensor]:
-    for frame in frames:
-        for value in list(frame.f_locals.values()):
-            if isinstance(value, torch.Tensor):
-                yield value
-            elif isinstance(value, (list, tuple)) and len(value) < 1000:
-                yield from (v for v in value if isinstance(v, torch.Tensor))
-
-
 def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
     try:
         s = t.untyped_storage()
@@ -181,14 +171,15 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
 
 def autograd_saved(
     device: torch.device,
-    frames: list[types.FrameType],
+    frame_tensors: list[tuple[torch.Tensor, str]],
     models: dict[str, torch.nn.Module],
     optimizers: dict[str, Any],
 ) -> dict[str, Any] | None:
     """The tensors autograd saved for backward in the graphs of every live tensor (the gc
     walk's, and the failing frames'), on `device`, each storage once, leaving out the
     storages Python names (parameters, buffers, optimizer state, the frames' own tensors):
-    the activations. At most AUTOGRAD_NODES nodes are walked."""
+    the activations. `frame_tensors` are the frames' tensors as ``frame_names`` finds them.
+    At most AUTOGRAD_NODES nodes are walked."""
     named: set[int] = set()
     for m in models.values():
         named.update(int(t.untyped_storage().data_ptr()) for t in m.parameters())
@@ -199,7 +190,7 @@ def autograd_saved(
                 if isinstance(v, torch.Tensor):
                     named.add(int(v.untyped_storage().data_ptr()))
     roots = []
-    for t in _frame_tensors(frames):
+    for t, _name in frame_tensors:
         if t.device == device:
             key = _storage_key(t)
             if key is not None:

@@ -338,8 +338,10 @@ class OOMGuard:
                     {"location": r.location, "bytes": int(r.bytes), "count": int(r.count)}
                     for r in rows[: facts.TENSOR_ROWS]
                 ]
-        found.update(facts.live_tensors(device, models, optimizers, facts.frame_names(frames)))
-        saved = facts.autograd_saved(torch.device(device), frames, models, optimizers)
+        # The frames' tensors, found once: named in the walk, and roots of autograd's graphs.
+        frame_tensors = facts.frame_names(frames)
+        found.update(facts.live_tensors(device, models, optimizers, frame_tensors))
+        saved = facts.autograd_saved(torch.device(device), frame_tensors, models, optimizers)
         if saved is not None:
             found["autograd"] = saved
         found["_models"] = models

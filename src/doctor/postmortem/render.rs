@@ -4,21 +4,19 @@
 use super::result::{PostMortem, Site};
 use crate::allocator::fragmentation::render::verdict_text;
 use crate::text::escape::escape;
-use crate::text::size::human_bytes;
+use crate::text::size::{human_bytes, thousands};
 
 /// Rows of each table shown; the saved result keeps more.
 const SHOWN: usize = 10;
 
+/// Bytes with thousands separators and a human size. Every count a post-mortem holds is at
+/// most i64::MAX (its derive reads them with `count`).
 fn exact(bytes: u64) -> String {
-    let digits = bytes.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    format!("{out} B ({})", human_bytes(bytes as i128))
+    format!(
+        "{} B ({})",
+        thousands(i64::try_from(bytes).unwrap_or(i64::MAX)),
+        human_bytes(bytes as i128)
+    )
 }
 
 fn heading(pm: &PostMortem) -> String {
