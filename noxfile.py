@@ -134,18 +134,38 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or _test_paths(str(session.python))))
 
 
+# The process tests whose behaviour depends on the interpreter: the line profiler's hook
+# (settrace up to 3.11, sys.monitoring from 3.12), the gc walk's path (the collector's lists
+# up to 3.11, PyUnstable_GC_VisitObjects from 3.12), and what forks, threads and interpreter
+# exit do around the CPU allocator hook and a running trace. They run on the oldest and the
+# newest CPython found; every other file of tests/integration runs once.
+INTERPRETER_SENSITIVE = [
+    "tests/integration/test_line_profiler_processes.py",
+    "tests/integration/test_gc_walk_processes.py",
+    "tests/integration/test_cpu_dispatch_processes.py",
+    "tests/integration/test_cpu_allocator_robust.py",
+    "tests/integration/test_trace_processes.py",
+]
+
+
 def _test_paths(version: str) -> list[str]:
-    """What a session tests: the in-process tests of each capability (tests/unit, and
-    tests/gpu, which skip without CUDA) on every CPython; the tests of whole processes
-    (tests/integration: subprocesses, the CLI end to end, pytester, fork, torchrun/gloo) and
-    of the docs, stubs and public API (tests/contract) on the oldest and the newest found.
-    Those two cover both of the line profiler's interpreter hooks (settrace up to 3.11,
-    sys.monitoring from 3.12), where interpreter differences show; integration costs most of
-    a session's time (importing torch in fresh interpreters), contract a fifth of the rest."""
+    """What a session tests. Every CPython: the in-process tests of each capability
+    (tests/unit, and tests/gpu, which skip without CUDA). The oldest and the newest found:
+    the docs, stubs and public API (tests/contract) and the process tests that depend on the
+    interpreter (INTERPRETER_SENSITIVE: both line-profiler hooks, both gc-walk paths). The
+    second newest: the other process tests (the CLI end to end, pytester, torchrun/gloo,
+    notebooks, fresh-interpreter first use), which behave alike on every CPython and cost
+    most of a session's time (importing torch in fresh interpreters), so they run once."""
     found = _interpreters_found()
     paths = ["tests/unit", "tests/gpu"]
     if version in (found[0], found[-1]):
-        paths += ["tests/contract", "tests/integration"]
+        paths += ["tests/contract", *INTERPRETER_SENSITIVE]
+    once = found[-2] if len(found) > 1 else found[-1]
+    if version == once:
+        others = sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "integration").glob("test_*.py")
+        )
+        paths += [p for p in others if p not in INTERPRETER_SENSITIVE]
     return paths
 
 
@@ -276,13 +296,12 @@ def _package_files(wheel: Path) -> set[str]:
 
 
 def _check_sdist(session: nox.Session, wheel: Path) -> None:
-    """The sdist holds what a build needs, and a wheel with the same files builds from it."""
-    out = CHECKS / "sdist"
-    shutil.rmtree(out, ignore_errors=True)
-    session.run(_tool("maturin"), "sdist", "--out", str(out))
-    sdists = list(out.glob("memlab_rs-*.tar.gz"))
+    """The sdist `make build` made holds what a build needs; the wheel was built from it
+    (.ci/wheel_from_sdist.py), so a file a build needs and the sdist lacks failed that build,
+    and every Python file the wheel installs came from the sdist."""
+    sdists = sorted(WHEELS.glob("memlab_rs-*.tar.gz"))
     if len(sdists) != 1:
-        session.error(f"maturin sdist made {len(sdists)} memlab_rs sdists in {out}")
+        session.error(f"expected one memlab_rs sdist beside the wheel in {WHEELS}: make build")
     sdist = sdists[0]
     top = sdist.name[: -len(".tar.gz")] + "/"
     with tarfile.open(sdist) as archive:
@@ -291,41 +310,15 @@ def _check_sdist(session: nox.Session, wheel: Path) -> None:
     missing = [f for f in SDIST_NEEDS + sources if f not in held]
     if not sources or missing:
         session.error(f"{sdist.name} lacks {missing or 'src/ and python/'}")
+    python_files = {f"python/{n}" for n in _package_files(wheel) if n.endswith(".py")}
+    not_from_sdist = sorted(python_files - held)
+    if not_from_sdist:
+        session.error(f"the wheel installs files the sdist lacks: {not_from_sdist}")
     session.log(
         f"{sdist.name}: {len(held)} files; {', '.join(SDIST_NEEDS)} and all "
-        f"{len(sources)} tracked files under src/ and python/ are there"
+        f"{len(sources)} tracked files under src/ and python/ are there, and the wheel's "
+        f"{len(python_files)} Python files (the wheel was built from it: make build)"
     )
-    # Where no wheel fits (another CPU, musl, glibc < 2.17), pip builds from the sdist with
-    # maturin and the user's Rust. This builds the unpacked sdist the way `make build` builds
-    # the checkout (the same maturin, zig and flags), in the checkout's target folder: the
-    # dependencies compiled for the release wheel are reused and only memlab_rs compiles
-    # again, from the sdist's files (a file missing from it fails the build). An isolated
-    # build with a target folder of its own compiled everything once more: 76 s of the 2-core
-    # machine's time in every fresh clone's `make test`, for the same check.
-    built = out / "wheel"
-    unpacked = out / "unpacked"
-    shutil.rmtree(unpacked, ignore_errors=True)
-    with tarfile.open(sdist) as archive:
-        if hasattr(tarfile, "data_filter"):  # 3.12, and 3.8.17+ / 3.11.4+ patch releases
-            archive.extractall(unpacked, filter="data")
-        else:
-            archive.extractall(unpacked)  # our own sdist, made just above
-    env = {
-        "CARGO_TARGET_DIR": str(ROOT / "target"),
-        "CARGO_ZIGBUILD_PYTHON_PATH": _tool("python"),
-    }
-    session.run(
-        _tool("maturin"), "build", "--release", "--quiet", "--zig",
-        "--compatibility", "manylinux2014", "-o", str(built),
-        "-m", str(unpacked / top / "Cargo.toml"), env=env,
-    )  # fmt: skip
-    wheels = list(built.glob("memlab_rs-*.whl"))
-    if len(wheels) != 1:
-        session.error(f"building from {sdist.name} made {len(wheels)} wheels in {built}")
-    ours, theirs = _package_files(wheel), _package_files(wheels[0])
-    if ours != theirs:
-        session.error(f"the wheel built from the sdist differs: {sorted(ours ^ theirs)}")
-    session.log(f"{wheels[0].name} built from {sdist.name}: the release wheel's {len(ours)} files")
 
 
 @nox.session(python=False)
@@ -334,9 +327,7 @@ def wheel(session: nox.Session) -> None:
     release = _the_wheel()
     session.log(f"release wheel: {release.name}")
     _check_manylinux(session, release)
-    found = _interpreters_found()
-    # The abi3 floor and the newest CPython found; the tests sessions install it on all.
-    for version in dict.fromkeys([found[0], found[-1]]):
-        _install_without_rust(session, release, version)
+    # The abi3 floor: the tests sessions install the same wheel on every CPython found.
+    _install_without_rust(session, release, _interpreters_found()[0])
     _check_sdist(session, release)
     session.log("release wheel and sdist: every check passed")

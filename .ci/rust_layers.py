@@ -30,8 +30,18 @@ FLOORS = ["interrupts", "text", "allocator", "sources", "gc_walk", "results"]
 #: interpreter (the gc walk, interrupts.rs), and each floor's own binding files (its py.rs;
 #: the sources' at any depth, and the CPU source's py/ folder, whose hook reads frames).
 #: fnmatch's `*` crosses `/`: the floors' entries say which files are meant, not more.
-PYO3_ALLOWED = ["lib.rs", "*/py.rs", "*/py/*", "interrupts.rs", "gc_walk/*", "sources/py.rs",
-                "sources/**/py.rs", "sources/cpu/py/*", "results/py.rs", "text/py.rs"]
+PYO3_ALLOWED = [
+    "lib.rs",
+    "*/py.rs",
+    "*/py/*",
+    "interrupts.rs",
+    "gc_walk/*",
+    "sources/py.rs",
+    "sources/**/py.rs",
+    "sources/cpu/py/*",
+    "results/py.rs",
+    "text/py.rs",
+]
 
 _WORD = r"[A-Za-z_][A-Za-z0-9_]*"
 
@@ -54,7 +64,7 @@ def strip(code: str) -> str:
                     depth, i = depth - 1, i + 2
                 else:
                     i += 1
-        elif re.match(r'r#*"', code[i:i + 8]) and (i == 0 or not code[i - 1].isalnum()):
+        elif re.match(r'r#*"', code[i : i + 8]) and (i == 0 or not code[i - 1].isalnum()):
             hashes = len(re.match(r"r(#*)", code[i:]).group(1))
             end = code.find('"' + "#" * hashes, i + 2 + hashes)
             i = n if end < 0 else end + 1 + hashes
@@ -65,7 +75,7 @@ def strip(code: str) -> str:
                 i += 2 if code[i] == "\\" else 1
             i += 1
             out.append('""')
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", code[i:i + 4]):
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", code[i : i + 4]):
             i = code.find("'", i + 2) + 1  # a char literal (not a lifetime)
             out.append("' '")
         else:
@@ -103,7 +113,7 @@ def _expand(tree: str) -> list[str]:
             paths.append(re.sub(r"\bas\b.*", "", item))
             continue
         prefix = item[:brace]
-        for inner in _expand(item[brace + 1:item.rfind("}")]):
+        for inner in _expand(item[brace + 1 : item.rfind("}")]):
             paths.append(prefix + inner)
     return paths
 
@@ -149,8 +159,9 @@ def check(src: Path) -> list[str]:
             faults.append(f"{rel}: uses pyo3, which only a room's py.rs (or py/) may")
         for target in uses(text, mod, path.name == "mod.rs"):
             # The longest known module the path starts with (the rest names an item).
-            known = next((target[:k] for k in range(len(target), 0, -1)
-                          if target[:k] in modules), None)
+            known = next(
+                (target[:k] for k in range(len(target), 0, -1) if target[:k] in modules), None
+            )
             if known is None or known == mod:
                 continue
             edges[mod].add(known)
@@ -164,8 +175,9 @@ def check(src: Path) -> list[str]:
                 what = "a floor" if top in FLOORS else "a room"
                 faults.append(f"{rel}: {what} ({top}) uses the room {other} (crate::{shown})")
             elif top in FLOORS and FLOORS.index(other) > FLOORS.index(top):
-                faults.append(f"{rel}: the floor {top} uses {other}, a floor above it "
-                              f"(crate::{shown})")
+                faults.append(
+                    f"{rel}: the floor {top} uses {other}, a floor above it (crate::{shown})"
+                )
     faults += [f"a circle of uses: {' -> '.join(c)}" for c in _circles(edges)]
     return list(dict.fromkeys(faults))
 
