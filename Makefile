@@ -10,6 +10,9 @@ BIN    := $(VENV)/bin
 DEPS   := $(VENV)/.deps-installed
 WHEELS := target/wheels
 NOX_ARGS ?=
+# cargo without make's jobserver: under `make test`'s -j2 it would try to join it and warn
+# ("failed to connect to jobserver"); it sizes its own jobs by the cores.
+CARGO  := env -u MAKEFLAGS -u MFLAGS cargo
 
 .PHONY: demo test build wheel lint bench clean
 
@@ -62,7 +65,7 @@ test: build
 # cargo test's debug build without debug info (CARGO_PROFILE_DEV_DEBUG=0): 40 s instead of
 # 53 s on the 2-core machine; a failing test's panic message still names its file and line.
 test-checks: lint
-	CARGO_PROFILE_DEV_DEBUG=0 cargo test --quiet
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) test --quiet
 	$(BIN)/nox -s wheel
 
 test-sessions:
@@ -72,8 +75,8 @@ test-sessions:
 # (import-linter) reads pyproject.toml's contracts and the sources under python/ (PYTHONPATH:
 # not the installed wheel, which may be older than the sources).
 lint: $(DEPS)
-	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
 	$(BIN)/ruff check python tests bench docs
 	$(BIN)/python -m mypy python/memlab_rs python/pytest_memlab_rs
 	PYTHONPATH=python $(BIN)/lint-imports --no-cache --no-logo
