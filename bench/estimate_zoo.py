@@ -384,6 +384,7 @@ def run_row(row: zoo.Row, base, device: str, meter, real: bool) -> Outcome:
     gc.collect()
     if not real:
         return outcome
+    # The real steps run for a row with no estimate too: its real peaks are in the table.
     started = time.perf_counter()
     left = meter.clean()
     if left:
@@ -417,29 +418,36 @@ def mib(n: int | None) -> str:
 
 
 def line(o: Outcome) -> str:
+    """A row of the table: the peaks and errors, or what stopped the estimate or the real
+    steps at the end of the line."""
     w = o.row.workload
     left = f"{w.name:<18} {w.family:<11} {o.settings:<28}"
     seconds = f"{o.est_seconds:5.1f}+{o.real_seconds:4.1f}"
-    if o.est is None:
-        return f"{left} {o.est_error}"
-    est1, est2 = o.est.step_peaks[1], o.est.step_peaks.get(2)
-    if o.real is None:
-        tail = o.real_error or "(estimate only)"
-        blank = f"{'':>9} {'':>7}"
-        return f"{left} {mib(est1)} {blank} {mib(est2)} {blank} {o.instance:>7} {seconds}  {tail}"
-    e1, e2 = o.errors()
-    flag = "" if abs(e1) <= WITHIN and abs(e2) <= WITHIN else "  <- off"
-    return (
-        f"{left} {mib(est1)} {mib(o.real['first'])} {e1 * 100:+6.1f}% {mib(est2)} "
-        f"{mib(o.real['steady'])} {e2 * 100:+6.1f}% {o.instance:>7} {seconds}{flag}"
+    est1 = est2 = real1 = real2 = None
+    if o.est is not None:
+        est1, est2 = o.est.step_peaks[1], o.est.step_peaks.get(2)
+    if o.real is not None:
+        real1, real2 = o.real["first"], o.real["steady"]
+    errors = o.errors()
+    e1, e2 = (f"{e * 100:+6.1f}%" for e in errors) if errors else (f"{'-':>7}", f"{'-':>7}")
+    text = (
+        f"{left} {mib(est1)} {mib(real1)} {e1} {mib(est2)} {mib(real2)} {e2} "
+        f"{o.instance:>7} {seconds}"
     )
+    why = [t for t in (o.est_error, o.real_error) if t]
+    if errors and max(abs(e) for e in errors) > WITHIN:
+        why.insert(0, "<- off")
+    if o.real is None and not o.real_error and o.est is not None:
+        why.append("(estimate only)")
+    return text + ("  " + "; ".join(why) if why else "")
 
 
-def details(o: Outcome) -> list[str]:
-    """For a row off by more than 3%: the estimate's and the real phases, side by side."""
+def details(o: Outcome, always: bool = False) -> list[str]:
+    """For a row off by more than 3% (every row with `always`): the estimate's and the real
+    phases, side by side."""
     out = [f"    note: {note}" for note in o.notes]
     errors = o.errors()
-    if errors is None or max(abs(e) for e in errors) <= WITHIN:
+    if errors is None or (max(abs(e) for e in errors) <= WITHIN and not always):
         return out
     est = o.est
     real = o.real["phases"]
@@ -493,8 +501,13 @@ def header(device: str, quick: bool) -> list[str]:
         if device.startswith("cuda") and torch.cuda.is_available()
         else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     )
+    left_out = []
+    if device == "cpu":
+        family, precision = zoo.CPU_LEFT_OUT
+        left_out.append(f"left out on the CPU: {precision} of the {family}s (no fast fp16 conv)")
     return [
         f"memlab_rs.estimate validation zoo on {device} ({where}){' --quick' if quick else ''}",
+        *left_out,
         ", ".join(versions) + f", Python {platform.python_version()}",
         "peaks in MiB (2^20 bytes); err = estimated / real - 1; first = step 1, steady = "
         "max(step 2, step 3) real against the estimate's step 2",
@@ -510,62 +523,77 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--estimate-only", action="store_true", help="no real steps (times the estimates)"
     )
+    parser.add_argument(
+        "--phases", action="store_true", help="phases of every row, not only misses"
+    )
     parser.add_argument("--max-seconds", type=float, help="start no row after this many seconds")
     args = parser.parse_args(argv)
-    device = "cuda:0" if args.device == "cuda" else "cpu"
-    real = not args.estimate_only
-    if real and args.device == "cuda" and not torch.cuda.is_available():
+    if not args.estimate_only and args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a GPU for the real steps (or --estimate-only)")
     selected = zoo.rows(args.device, quick=args.quick)
     if args.only:
         selected = [r for r in selected if args.only in r.name]
-    meter = (CudaMeter(device) if args.device == "cuda" else CpuMeter()) if real else None
-    out: list[str] = header(args.device, args.quick)
+    out = header(args.device, args.quick)  # imports torchvision and transformers
     out.append(f"{len(selected)} rows, {len({r.workload.name for r in selected})} models")
     out += ["", HEAD]
     for text in out:
         print(text, flush=True)
-    started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    base_of: tuple[str, Any] | None = None
-    for row in selected:
-        if args.max_seconds and time.perf_counter() - started > args.max_seconds:
-            out.append(f"(stopped: --max-seconds {args.max_seconds:g} reached)")
-            print(out[-1])
-            break
-        w = row.workload
-        if base_of is None or base_of[0] != w.name:
-            base_of = None
-            gc.collect()
-            try:
-                base_of = (w.name, w.build())
-            except Exception as error:
-                outcome = Outcome(row, row.settings)
-                outcome.est_error = f"build failed: {type(error).__name__}: {_first_line(error)}"
-                base_of = (w.name, error)
-        if isinstance(base_of[1], Exception):
-            outcome = Outcome(row, row.settings)
-            outcome.est_error = (
-                f"build failed: {type(base_of[1]).__name__}: {_first_line(base_of[1])}"
-            )
-        else:
-            outcome = run_row(row, base_of[1], device, meter, real)
-        outcomes.append(outcome)
-        for text in [line(outcome), *details(outcome)]:
-            out.append(text)
-            print(text, flush=True)
-        if args.out:
-            _write(args.out, out)
+    # What exists now (torch, torchvision, transformers: modules, functions) lives as long as
+    # the process: out of the collector's walks, each gc.collect() takes milliseconds, not
+    # half a second (the zoo collects before each row and each CPU step).
+    gc.collect()
+    gc.freeze()
+    try:
+        outcomes = run_rows(selected, args, out)
+    finally:
+        gc.unfreeze()  # so that interpreter shutdown frees them as usual
     tail = [""]
     for error in sorted({o.instance_error for o in outcomes if o.instance == "not yet"}):
-        tail.append(f"inst 'not yet' (estimate given the optimizer instance): {error}")
-    tail += [*summary(outcomes), f"total {time.perf_counter() - started:.0f} s"]
+        tail.append(f"inst 'not yet' (the estimate given the optimizer instance): {error}")
+    tail += summary(outcomes)
     out += tail
     for text in tail:
         print(text)
     if args.out:
         _write(args.out, out)
     return 0
+
+
+def run_rows(selected: list[zoo.Row], args, out: list[str]) -> list[Outcome]:
+    """Every row in order, printed (and written to --out) as it ends."""
+    device = "cuda:0" if args.device == "cuda" else "cpu"
+    real = not args.estimate_only
+    meter = (CudaMeter(device) if args.device == "cuda" else CpuMeter()) if real else None
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    built: tuple[str, Any] = ("", None)  # the current model, built once on the CPU
+    for row in selected:
+        if args.max_seconds and time.perf_counter() - started > args.max_seconds:
+            out.append(f"(stopped: --max-seconds {args.max_seconds:g} reached)")
+            print(out[-1])
+            break
+        w = row.workload
+        if built[0] != w.name:
+            built = ("", None)
+            gc.collect()
+            try:
+                built = (w.name, w.build())
+            except Exception as error:
+                built = (w.name, error)
+        if isinstance(built[1], Exception):
+            outcome = Outcome(row, row.settings)
+            outcome.est_error = f"build failed: {type(built[1]).__name__}: {_first_line(built[1])}"
+        else:
+            outcome = run_row(row, built[1], device, meter, real)
+        outcomes.append(outcome)
+        for text in [line(outcome), *details(outcome, args.phases)]:
+            out.append(text)
+            print(text, flush=True)
+        if args.out:
+            _write(args.out, out)
+    out.append(f"total {time.perf_counter() - started:.0f} s")
+    print(out[-1])
+    return outcomes
 
 
 def _write(path: str, lines: list[str]) -> None:
