@@ -197,12 +197,14 @@ class CudaMeter:
         torch.cuda.synchronize()
         start = torch.cuda.memory_allocated()
         phases: dict[str, int] = {}
+        ends: dict[str, int] = {}
         current: list[str] = []
 
         def mark(name: str) -> None:
             torch.cuda.synchronize()
             if current:
                 phases[current[-1]] = torch.cuda.max_memory_allocated()
+                ends[current[-1]] = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             current.append(name)
 
@@ -210,7 +212,8 @@ class CudaMeter:
         run(mark)
         mark("")
         end = torch.cuda.memory_allocated()
-        return {"start": start, "end": end, "peak": max(phases.values()), "phases": phases}
+        peak = max(phases.values())
+        return {"start": start, "end": end, "peak": peak, "phases": phases, "ends": ends}
 
 
 class CpuMeter:
@@ -259,20 +262,23 @@ class CpuMeter:
         delta = stats["allocated_bytes.all.current"] - c0
         start = self.start_bytes
         self.start_bytes += delta
-        phases = self._phases(trace, marks, start)
+        phases, ends = self._phases(trace, marks, start)
         if trace["memlab_rs"]["dropped"]:
             self.notes.append("CPU trace dropped entries: phase peaks incomplete")
         elif phases and max(phases.values()) != start + rise:
             self.notes.append(
                 f"CPU trace's peak {max(phases.values()) - start} != counters' {rise}"
             )
-        return {"start": start, "end": start + delta, "peak": start + rise, "phases": phases}
+        peak = start + rise
+        return {"start": start, "end": start + delta, "peak": peak, "phases": phases, "ends": ends}
 
     @staticmethod
-    def _phases(trace, marks, start: int) -> dict[str, int]:
+    def _phases(trace, marks, start: int) -> tuple[dict[str, int], dict[str, int]]:
+        """Each phase's peak and end, from the running sum of the trace's entries."""
         entries = trace["device_traces"][0] if trace["device_traces"] else []
         ends = [at for _, at in marks[1:]] + [len(entries)]
         phases: dict[str, int] = {}
+        phase_ends: dict[str, int] = {}
         running = 0
         i = 0
         for (name, _), end in zip(marks, ends):
@@ -286,7 +292,8 @@ class CpuMeter:
                 best = max(best, running)
                 i += 1
             phases[name] = start + best
-        return phases
+            phase_ends[name] = start + running
+        return phases, phase_ends
 
 
 def measure(row: zoo.Row, model, inputs, targets, device: str, meter, outcome: Outcome):
@@ -332,16 +339,19 @@ def measure(row: zoo.Row, model, inputs, targets, device: str, meter, outcome: O
             skipped += 1
     if skipped:
         outcome.notes.append(f"GradScaler skipped {skipped} of 3 steps (inf/nan gradients)")
-    phases = {}
+    phases, ends = {}, {}
     for n in (1, 2):
-        phases[f"start {n}"] = steps[n]["start"]
+        phases[f"start {n}"] = ends[f"start {n}"] = steps[n]["start"]
         for name, peak in steps[n]["phases"].items():
             phases[f"{name} {n}"] = peak
+            ends[f"{name} {n}"] = steps[n]["ends"][name]
     phases["step 3"] = steps[3]["peak"]
+    ends["step 3"] = steps[3]["end"]
     return {
         "first": steps[1]["peak"],
         "steady": max(steps[2]["peak"], steps[3]["peak"]),
         "phases": phases,
+        "ends": ends,
     }
 
 
@@ -458,9 +468,17 @@ def details(o: Outcome, always: bool = False) -> list[str]:
         "start 2": est.phase_ends.get("optimizer 1"),
         **est.phase_peaks,
     }
+    est_end = {
+        "start 1": est.phase_ends.get("setup"),
+        "start 2": est.phase_ends.get("optimizer 1"),
+        **est.phase_ends,
+    }
+    real_end = o.real["ends"]
     out.append("    phase (MiB)  " + " ".join(f"{n:>11}" for n in names))
-    out.append("    estimated    " + " ".join(f"{_m(est_of.get(n)):>11}" for n in names))
-    out.append("    real         " + " ".join(f"{_m(real.get(n)):>11}" for n in names))
+    out.append("    est peak     " + " ".join(f"{_m(est_of.get(n)):>11}" for n in names))
+    out.append("    real peak    " + " ".join(f"{_m(real.get(n)):>11}" for n in names))
+    out.append("    est end      " + " ".join(f"{_m(est_end.get(n)):>11}" for n in names))
+    out.append("    real end     " + " ".join(f"{_m(real_end.get(n)):>11}" for n in names))
     cats = ", ".join(f"{k} {v / MIB:.1f}" for k, v in est.peak_by_category.items() if v)
     out.append(f"    estimated peak ({est.peak_phase}) by category, MiB: {cats}")
     return out
@@ -499,7 +517,8 @@ def header(device: str, quick: bool) -> list[str]:
     where = (
         torch.cuda.get_device_name()
         if device.startswith("cuda") and torch.cuda.is_available()
-        else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+        else f"{platform.machine()}, {os.cpu_count()} CPUs, torch on {torch.get_num_threads()} "
+        "thread(s)"
     )
     left_out = []
     if device == "cpu":
@@ -526,10 +545,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phases", action="store_true", help="phases of every row, not only misses"
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for torch with --device cpu (default 1: on a shared 2-core machine "
+        "two threads' spinning made a step 10-30x slower); 0 keeps torch's default",
+    )
     parser.add_argument("--max-seconds", type=float, help="start no row after this many seconds")
     args = parser.parse_args(argv)
     if not args.estimate_only and args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a GPU for the real steps (or --estimate-only)")
+    if args.device == "cpu" and args.threads:
+        torch.set_num_threads(args.threads)
     selected = zoo.rows(args.device, quick=args.quick)
     if args.only:
         selected = [r for r in selected if args.only in r.name]
