@@ -31,17 +31,22 @@ What is compared, per row (the estimate's definition of a step's peak):
   ``allocated_bytes.all.peak`` over what was allocated when it began, added to what the
   row's own tensors held when step 1 began (parameters, buffers, inputs, targets: the
   estimate's ``setup``) and what each step left; the CPU trace
-  (``_core._cpu_trace_start``) gives the phases' peaks.
+  (``_core._cpu_trace_start``) gives the phases' peaks and ends. torch runs on one thread
+  there unless ``--threads`` says otherwise.
 
-For a row more than 3% off, the real phases' peaks (forward, backward, optimizer of steps 1
-and 2) are printed beside the estimate's ``phase_peaks``, with the estimate's peak by
-category, so that a miss can be located.
+For a row more than 3% off (every row with ``--phases``), the real phases' peaks and ends
+(forward, backward, optimizer of steps 1 and 2) are printed beside the estimate's
+``phase_peaks`` and ``phase_ends``, with the estimate's peak by category, so that a miss can
+be located (a transient a kernel takes inside one op shows as a higher peak with equal ends:
+``bench/zoo_hidden.py`` then names the op). The real steps run for a row with no estimate
+too, so its real peaks are known.
 
-Run (GPU machine, about 8 minutes): ``python bench/estimate_zoo.py --device cuda --out
-bench/results/estimate_zoo_h100.txt``; CPU, the small models: ``python bench/estimate_zoo.py
---device cpu --quick --out PATH``. ``--only SUBSTRING`` keeps the rows whose name has it
-(``--only "llama_gqa bf16"``); ``--estimate-only`` skips the real steps (no GPU needed for
-``--device cuda``: the estimates' times and refusals).
+Run (GPU machine, about 6-8 minutes): ``python bench/estimate_zoo.py --device cuda --out
+bench/results/estimate_zoo_h100.txt --max-seconds 450``; CPU, the small models:
+``python bench/estimate_zoo.py --device cpu --quick --out PATH``. ``--only SUBSTRING`` keeps
+the rows whose name has it (``--only "llama_gqa bf16"``); ``--estimate-only`` skips the real
+steps (no GPU needed for ``--device cuda``: the estimates' times and refusals);
+``--max-seconds`` starts no row after that long (the table so far is written at each row).
 """
 
 from __future__ import annotations
