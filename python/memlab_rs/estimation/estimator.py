@@ -35,12 +35,10 @@ from ._fake_step import (
     fake_model,
     output_tensors,
 )
+from ._optimizer import OptimizerSpec, check_instance, make_optimizer
 from .result import MemoryEstimate
 
 __all__ = ["FakeStepError", "estimate"]
-
-
-OptimizerSpec = Callable[..., torch.optim.Optimizer]
 
 
 def estimate(
@@ -60,10 +58,11 @@ def estimate(
     - `example_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
       (real, meta or fake tensors: only their shapes and dtypes are used).
     - `optimizer`: an optimizer class with `optimizer_kwargs` (``torch.optim.AdamW``,
-      ``optimizer_kwargs={"lr": 1e-3}``) or a factory taking the parameters
-      (``lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)``). Not an instance:
-      it is bound to the real parameters. On ``cuda``, ``foreach`` left unset becomes True,
-      CUDA's default.
+      ``optimizer_kwargs={"lr": 1e-3}``), a factory taking the parameters
+      (``lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)``), or an instance
+      over `model`'s parameters (the same class is built on the fake copy with each param
+      group's hyperparameters; one that has state starts the estimate with state). On
+      ``cuda``, ``foreach`` left unset becomes True, CUDA's default.
     - `loss_fn(output)` or, with `targets`, `loss_fn(output, targets)`; default: the
       output's ``loss`` (transformers models given labels), else the output's sum.
     - `dtype`: cast floating parameters, buffers and inputs to it (as ``model.to(dtype)``).
@@ -85,12 +84,6 @@ def estimate(
         raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
     target = _target(device)
     cuda = target.type == "cuda"
-    if isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            "optimizer is an instance bound to the real parameters: pass its class with "
-            "optimizer_kwargs (optimizer=torch.optim.AdamW, optimizer_kwargs={'lr': 1e-3}) "
-            "or a factory (optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))"
-        )
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     run_on = torch.device("meta") if cuda else torch.device("cpu")
@@ -106,8 +99,17 @@ def estimate(
     for t in output_tensors([inputs, fake_targets]):
         book.see(t, "input", "input")
     params = [p for p in fmodel.parameters() if p.requires_grad]
+
+    def fake(t: torch.Tensor) -> torch.Tensor:  # a hyperparameter given as a tensor
+        device = run_on if t.device.type in ("meta", target.type) else t.device
+        return fake_inputs(t, mode, device, None)
+
     with mode:
-        opt = _make_optimizer(optimizer, params, optimizer_kwargs, cuda, notes)
+        opt = make_optimizer(optimizer, optimizer_kwargs, model, fmodel, fake, cuda, notes)
+    if opt is not None:
+        for state in opt.state.values():  # an instance's state, made before the step
+            for value in state.values():
+                book.see(value, "optimizer_state", "optimizer_state")
     workspaces = _cublas_workspaces(target, notes) if cuda else None
     recorder = _Recorder(book, workspaces)
     steps = 2 if opt is not None and backward else 1
@@ -168,30 +170,6 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
     # The output and the loss live to the end of the step, as in
     # `out = model(x); loss = ...; loss.backward(); opt.step()`.
     del output, loss
-
-
-def _make_optimizer(spec, params, kwargs, cuda: bool, notes: list[str]):
-    if spec is None:
-        return None
-    if isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
-        opt = spec(params, **(kwargs or {}))
-    elif callable(spec):
-        if kwargs:
-            raise TypeError("optimizer_kwargs go with an optimizer class, not a factory")
-        opt = spec(params)
-    else:
-        raise TypeError(
-            f"optimizer must be an optimizer class or a factory taking the parameters, "
-            f"not {type(spec).__name__}"
-        )
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise TypeError("the optimizer factory must return a torch.optim.Optimizer")
-    if cuda:
-        for group in opt.param_groups:
-            if "foreach" in group and group["foreach"] is None and not group.get("fused"):
-                # CUDA's default (_default_to_fused_or_foreach): whole-list temporaries.
-                group["foreach"] = True
-    return opt
 
 
 def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]:
@@ -287,6 +265,7 @@ def _check_step(model: Any, optimizer: Any, optimizer_kwargs: Any, loss_fn: Any)
         raise TypeError(
             f"model must be a torch.nn.Module, got {_args.shown(model)} ({type(model).__name__})"
         )
+    check_instance(optimizer, optimizer_kwargs)
     if optimizer_kwargs is not None:
         if not isinstance(optimizer_kwargs, dict):
             raise TypeError(
