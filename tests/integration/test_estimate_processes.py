@@ -17,6 +17,7 @@ import contextlib, json, sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from memlab_rs.estimation import _fake_step as fs
+from memlab_rs.estimation._cuda_dispatch import CudaDispatch
 from memlab_rs.models import TinyGPT
 
 
@@ -29,8 +30,9 @@ def forward_allocations(model, x, run_on, emulate):
     fake = fs.fake_model(model, mode, torch.device(run_on), None)
     inputs = fs.fake_inputs(x, mode, torch.device(run_on), None)
     book.phase_begin("forward 1")
-    kernels = fs._CudaKernels(book) if emulate else contextlib.nullcontext()
-    with mode, kernels, fs._Recorder(book, None):
+    dispatch = CudaDispatch(book) if emulate else None
+    below = dispatch.exclude_below if dispatch else None
+    with mode, dispatch or contextlib.nullcontext(), fs._Recorder(book, None, below):
         fake(inputs).sum()
     return [[book.origins[i].split(" (")[0], b] for op, i, b in book.events if op == 0]
 

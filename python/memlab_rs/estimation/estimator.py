@@ -22,11 +22,12 @@ import torch
 
 from .. import _args, _core, _torch, results
 from .._categories import CATEGORIES
+from . import _amp
+from ._cuda_dispatch import CudaDispatch
 from ._fake_step import (
     REPLAY_CATEGORIES,
     Book,
     FakeStepError,
-    _CudaKernels,
     _Recorder,
     apply_order,
     default_loss,
@@ -52,6 +53,8 @@ def estimate(
     targets: Any = None,
     optimizer_kwargs: dict[str, Any] | None = None,
     backward: bool = True,
+    autocast: torch.dtype | None = None,
+    grad_scaler: bool = False,
 ) -> MemoryEstimate:
     """Estimate the memory of one training step of `model` on `device`, allocating nothing.
 
@@ -66,6 +69,10 @@ def estimate(
     - `loss_fn(output)` or, with `targets`, `loss_fn(output, targets)`; default: the
       output's ``loss`` (transformers models given labels), else the output's sum.
     - `dtype`: cast floating parameters, buffers and inputs to it (as ``model.to(dtype)``).
+    - `autocast`: ``torch.bfloat16`` or ``torch.float16`` runs forward and the loss in a
+      ``torch.autocast`` region of that dtype (mixed precision); `grad_scaler`: scale the
+      loss with a ``torch.amp.GradScaler`` (``scaler.scale(loss).backward();
+      scaler.step(opt); scaler.update()``). A GradScaler without autocast is modelled too.
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
@@ -82,6 +89,7 @@ def estimate(
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
     if not isinstance(backward, bool):
         raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
+    _amp.check(autocast, grad_scaler, backward)
     target = _target(device)
     cuda = target.type == "cuda"
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -111,34 +119,40 @@ def estimate(
             for value in state.values():
                 book.see(value, "optimizer_state", "optimizer_state")
     workspaces = _cublas_workspaces(target, notes) if cuda else None
-    recorder = _Recorder(book, workspaces)
+    dispatch = CudaDispatch(book) if cuda else None
+    recorder = _Recorder(book, workspaces, dispatch.exclude_below if dispatch else None)
     steps = 2 if opt is not None and backward else 1
-    kernels = _CudaKernels(book) if cuda else contextlib.nullcontext()
+    with mode:
+        amp = _amp.Amp(autocast, grad_scaler, dispatch, run_on)
     try:
-        with mode, kernels, recorder:
+        with mode, dispatch or contextlib.nullcontext(), recorder:
             for step in range(1, steps + 1):
-                _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward)
+                _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward, amp)
     except Exception as error:
         reason = explain(error)
         if reason is not None:
             raise reason from error
         raise
     if cuda:
+        autocasts = "autocast, " if autocast is not None else ""
         notes.append(
-            "CUDA emulated on fake meta tensors: fused dropout, SDPA kernel as on sm80+, "
-            "cuBLAS workspaces; cuDNN workspaces and kernels' internal scratch not counted"
+            f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
+            "on sm80+, cuBLAS workspaces; cuDNN workspaces and kernels' internal scratch not "
+            "counted"
         )
-    return _result(model, target, dtype, book, steps, started, notes)
+    if grad_scaler:
+        notes.append("GradScaler: gradients assumed finite (every step steps)")
+    return _result(model, target, dtype, amp, book, steps, started, notes)
 
 
-def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -> None:
+def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp) -> None:
     book.phase_begin(f"forward {step}")
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         book.set_category(t, "activation")
         return t.detach()  # the tensor itself would make a cycle through its grad_fn
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp.region():
         if isinstance(inputs, dict):
             output = fmodel(**inputs)
         elif isinstance(inputs, (tuple, list)):
@@ -153,15 +167,27 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
             loss = loss_fn(output)
     for t in [*output_tensors(output), loss]:
         book.set_category(t, "other")
+    scaler = amp.scaler
     if backward:
         book.phase_begin(f"backward {step}")
-        loss.backward()
+        if scaler is not None:
+            scaled = scaler.scale(loss)  # a temporary: `scaler.scale(loss).backward()`
+            for t in amp.scaler_tensors():
+                book.set_category(t, "other")
+            scaled.backward()
+            del scaled
+        else:
+            loss.backward()
         for p in params:
             if p.grad is not None:
                 book.set_category(p.grad, "gradient")
     if opt is not None and backward:
         book.phase_begin(f"optimizer {step}")
-        opt.step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         for state in opt.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
@@ -193,7 +219,9 @@ def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]
     return {"cuBLAS": cublas, "cuBLASLt": min(lt, cublas)}
 
 
-def _result(model, device, dtype, book: Book, steps: int, started: float, notes) -> MemoryEstimate:
+def _result(
+    model, device, dtype, amp, book: Book, steps: int, started: float, notes
+) -> MemoryEstimate:
     names = book.phase_names
     recording = {
         "device_type": "cuda" if book.device_type == "cuda" else "cpu",
@@ -226,7 +254,7 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
     return MemoryEstimate(
         model=type(model).__name__,
         device=str(device),
-        dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+        dtype=_dtype_name(dtype),
         parameters=setup["parameter"],
         buffers=setup["buffer"],
         inputs=setup["input"],
@@ -247,8 +275,14 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
         allocations=len(book.categories),
         seconds=time.perf_counter() - started,
         notes=notes,
+        autocast=_dtype_name(amp.dtype),
+        grad_scaler=amp.scaler is not None,
         meta=results.run_meta(str(device)),
     )
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
+    return str(dtype).replace("torch.", "") if dtype is not None else None
 
 
 def _public(by_category: dict[str, int]) -> dict[str, int]:

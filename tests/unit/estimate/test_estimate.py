@@ -14,7 +14,7 @@ import torch
 import memlab_rs
 from memlab_rs import FakeStepError, _core, estimate, max_batch_size
 from memlab_rs._sources import cpu_source as _cpu_source
-from memlab_rs.estimation._fake_step import _sdpa_backend
+from memlab_rs.estimation._cuda_dispatch import sdpa_backend as _sdpa_backend
 from memlab_rs.models import TinyGPT
 
 FIXTURES = paths.FIXTURES / "estimate"
