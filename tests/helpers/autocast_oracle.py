@@ -47,6 +47,8 @@ def forward_allocations(model, inputs, run_on: str, amp, loss=None) -> list[list
     book.phase_begin("setup")
     fake = fs.fake_model(model, mode, torch.device(run_on), None)
     x = fs.fake_inputs(inputs, mode, torch.device(run_on), None)
+    for t in fs.output_tensors([x]):
+        book.see(t, "input", "input")
     book.phase_begin("forward 1")
     seen.clear()
     dispatch = CudaDispatch(book) if run_on == "meta" else None
@@ -293,7 +295,7 @@ def main(examples: int) -> dict:
             emulated = forward_allocations(model, x, "meta", amp, loss)
             real = forward_allocations(model, x, "cuda", amp, loss)
             named[f"{name}, {amp}"] = first_difference(emulated, real)
-    failures = random_failures(examples)
+    failures = random_failures(examples) if examples > 0 else []
     return {"named": named, "random": failures, "examples": examples}
 
 

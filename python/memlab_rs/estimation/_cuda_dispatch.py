@@ -153,8 +153,18 @@ def _signature(value: Any) -> Any:
     try:
         hash(value)
     except TypeError:
-        return ("?", id(value))
+        raise _Unhashable from None
     return (type(value).__name__, value)
+
+
+class _Unhashable(Exception):
+    """An argument a plan cannot be keyed by: probe again each time."""
+
+
+# What autocast's kernel does, by op, the region's dtype and the arguments' signature: the
+# same for every estimate in this process (a memo, bounded).
+_PLANS: dict[Any, _Plan] = {}
+_MAX_PLANS = 20_000
 
 
 # -- the kernels ----------------------------------------------------------------------------
@@ -174,7 +184,6 @@ class CudaDispatch:
         # Below the Python key (the fake mode's kernels), neither ours nor CUDA's autocast.
         self.below = self.keyset | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
         self.after = torch._C._dispatch_keyset_full_after(self.key)
-        self.plans: dict[Any, _Plan] = {}
         self.cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
         self._libraries: list[torch.library.Library] = []
         self._undo: list[Callable[[], None]] = []
@@ -262,10 +271,16 @@ class CudaDispatch:
         return kernel
 
     def _autocast(self, op: Any, args: tuple, kwargs: dict) -> Any:
-        key = (op, _signature(args), _signature(kwargs))
-        plan = self.plans.get(key)
+        lower = torch.get_autocast_dtype("cuda")
+        try:
+            key = (op, lower, _signature(args), _signature(kwargs))
+        except _Unhashable:
+            return self._replay(self._probe(op, args, kwargs), args, kwargs)
+        plan = _PLANS.get(key)
         if plan is None:
-            plan = self.plans[key] = self._probe(op, args, kwargs)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            plan = _PLANS[key] = self._probe(op, args, kwargs)
         return self._replay(plan, args, kwargs)
 
     def _probe(self, op: Any, args: tuple, kwargs: dict) -> _Plan:

@@ -137,8 +137,8 @@ def estimate(
         autocasts = "autocast, " if autocast is not None else ""
         notes.append(
             f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
-            "on sm80+, cuBLAS workspaces; cuDNN workspaces and kernels' internal scratch not "
-            "counted"
+            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces; cuDNN workspaces "
+            "and kernels' internal scratch not counted"
         )
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")
