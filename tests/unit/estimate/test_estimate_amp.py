@@ -237,7 +237,8 @@ def test_what_the_grad_scaler_adds_is_what_a_real_cpu_step_s_adds():
         starts = {1: est.phase_ends["setup"], 2: est.phase_ends["optimizer 1"]}
         estimated[scaled] = {n: p - starts[n] for n, p in est.step_peaks.items()}
         opt = torch.optim.SGD(model.parameters(), **kwargs)
-        real[scaled] = _real_cpu_step_rises(model, x, opt, torch.amp.GradScaler("cpu") if scaled else None)
+        scaler = torch.amp.GradScaler("cpu") if scaled else None
+        real[scaled] = _real_cpu_step_rises(model, x, opt, scaler)
     # (The step without a scaler is 512 B over on this model on CPU, scaler or not.)
     for n in (1, 2):
         added = estimated[True][n] - estimated[False][n]
