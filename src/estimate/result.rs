@@ -39,6 +39,13 @@ pub struct Estimate {
     pub allocations: u64,
     pub seconds: f64,
     pub notes: Vec<String>,
+    /// The `torch.autocast` dtype of forward and the loss ("bfloat16", "float16"), if any
+    /// (absent from files saved before mixed precision was modelled: none).
+    #[serde(default)]
+    pub autocast: Option<String>,
+    /// Whether the loss was scaled by a GradScaler (absent from older files: no).
+    #[serde(default)]
+    pub grad_scaler: bool,
 }
 
 impl Estimate {
@@ -76,6 +83,26 @@ impl Estimate {
         let estimate: Self = crate::results::from_json(text)?;
         estimate.check()?;
         Ok(estimate)
+    }
+
+    /// What the step ran in, when it is not the parameters' own dtype alone: "autocast
+    /// bfloat16 with a GradScaler", "float16 parameters", ...
+    pub fn precision(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(dtype) = &self.dtype {
+            parts.push(format!("{dtype} parameters"));
+        }
+        if let Some(dtype) = &self.autocast {
+            parts.push(format!("torch.autocast({dtype})"));
+        }
+        if self.grad_scaler {
+            parts.push("a GradScaler".to_string());
+        }
+        if parts.is_empty() {
+            None
+        } else {
+            Some(parts.join(", "))
+        }
     }
 
     /// The figures as the modelsize-style lines print them: (what, bytes, what follows).
@@ -145,6 +172,8 @@ pub(crate) mod tests {
             allocations: 5,
             seconds: 0.25,
             notes: vec!["a note".into()],
+            autocast: None,
+            grad_scaler: false,
         }
     }
 
@@ -161,8 +190,28 @@ pub(crate) mod tests {
         let text = crate::results::to_json(&estimate());
         assert!(text
             .starts_with(r#"{"model":"Linear","device":"cpu","dtype":null,"parameters":4004000,"#));
-        assert!(text.ends_with(r#""seconds":0.25,"notes":["a note"]}"#));
+        assert!(text.ends_with(
+            r#""seconds":0.25,"notes":["a note"],"autocast":null,"grad_scaler":false}"#
+        ));
         assert_eq!(Estimate::from_json(&text), Ok(estimate()));
+    }
+
+    #[test]
+    fn a_file_saved_before_mixed_precision_loads_without_it() {
+        let text = crate::results::to_json(&estimate())
+            .replace(r#","autocast":null,"grad_scaler":false"#, "");
+        assert!(text.ends_with(r#""notes":["a note"]}"#));
+        assert_eq!(Estimate::from_json(&text), Ok(estimate()));
+        let mut mixed = estimate();
+        mixed.autocast = Some("bfloat16".into());
+        mixed.grad_scaler = true;
+        let text = crate::results::to_json(&mixed);
+        assert_eq!(Estimate::from_json(&text), Ok(mixed.clone()));
+        assert_eq!(
+            mixed.precision().as_deref(),
+            Some("torch.autocast(bfloat16), a GradScaler")
+        );
+        assert_eq!(estimate().precision(), None);
     }
 
     #[test]

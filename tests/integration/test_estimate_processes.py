@@ -1,6 +1,7 @@
 """The estimate in fresh interpreters: its CUDA emulation on meta tensors against what fake
-CUDA tensors allocate (a fake CUDA forward without a GPU aborts some torch versions, so each
-runs in a process of its own). Moved from tests/unit/estimate/test_estimate.py."""
+CUDA tensors allocate, CUDA's autocast included (a fake CUDA forward without a GPU aborts
+some torch versions, so each runs in a process of its own). Moved from
+tests/unit/estimate/test_estimate.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import paths
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ import contextlib, json, sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from memlab_rs.estimation import _fake_step as fs
+from memlab_rs.estimation._cuda_dispatch import CudaDispatch
 from memlab_rs.models import TinyGPT
 
 
@@ -29,8 +32,9 @@ def forward_allocations(model, x, run_on, emulate):
     fake = fs.fake_model(model, mode, torch.device(run_on), None)
     inputs = fs.fake_inputs(x, mode, torch.device(run_on), None)
     book.phase_begin("forward 1")
-    kernels = fs._CudaKernels(book) if emulate else contextlib.nullcontext()
-    with mode, kernels, fs._Recorder(book, None):
+    dispatch = CudaDispatch(book) if emulate else None
+    below = dispatch.exclude_below if dispatch else None
+    with mode, dispatch or contextlib.nullcontext(), fs._Recorder(book, None, below):
         fake(inputs).sum()
     return [[book.origins[i].split(" (")[0], b] for op, i, b in book.events if op == 0]
 
@@ -73,3 +77,24 @@ def test_cuda_emulation_on_meta_allocates_what_fake_cuda_tensors_allocate(tmp_pa
         pytest.skip(f"torch {torch.__version__} aborts on fake CUDA tensors without a GPU")
     assert real.returncode == 0, real.stderr
     assert allocations == json.loads(real.stdout)
+
+
+def test_cuda_autocast_emulation_allocates_what_torch_s_own_autocast_allocates():
+    # tests/helpers/autocast_oracle.py: named models (a transformer block with SDPA and
+    # layer norm, a conv net with batch norm, an MLP with GELU, dropout and cross-entropy,
+    # nn.TransformerEncoderLayer) in bfloat16, float16 and without autocast, and random
+    # module stacks (hypothesis): the forward on meta with the emulation against torch's
+    # C++ CUDA autocast on fake CUDA tensors, storage by storage (dtype, bytes, in order).
+    proc = subprocess.run(
+        [sys.executable, str(paths.TESTS / "helpers" / "autocast_oracle.py"), "25"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode < 0 and not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} aborts on fake CUDA tensors without a GPU")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    assert len(result["named"]) == 12
+    assert {name: diff for name, diff in result["named"].items() if diff} == {}
+    assert result["random"] == []

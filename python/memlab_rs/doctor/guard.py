@@ -372,7 +372,7 @@ class OOMGuard:
         opt = next(iter(found["_optimizers"].values()), None)
         kwargs: dict[str, Any] = {}
         if opt is not None:
-            kwargs["optimizer"] = _same_optimizer(opt)
+            kwargs["optimizer"] = opt  # the same class and param groups on the fake copy
         fits = max_batch_size(
             model,
             make_inputs,
@@ -431,17 +431,6 @@ class OOMGuard:
             n += 1
             path = folder / f"{name}_{n}.json"
         return path
-
-
-def _same_optimizer(opt: torch.optim.Optimizer) -> Callable[[Any], torch.optim.Optimizer]:
-    """A factory building `opt`'s class with its hyperparameters on other parameters (the
-    estimate's fake copy): the defaults its constructor takes (an AdamW's defaults also
-    hold keys its constructor does not take)."""
-    import inspect
-
-    taken = inspect.signature(type(opt).__init__).parameters
-    hyper = {k: v for k, v in opt.defaults.items() if k in taken and k != "params"}
-    return lambda params: type(opt)(params, **hyper)
 
 
 def _named(value: Any, kind: type, name: str) -> dict[str, Any]:

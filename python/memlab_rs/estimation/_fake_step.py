@@ -10,12 +10,11 @@ The estimate's collector (``estimator.py`` is its public side, ``src/estimate`` 
   exactly as long as the storage) records its free;
 - ``saved_tensors_hooks`` mark what autograd saves for backward (activations);
 - for ``cuda`` the step runs on fake *meta* tensors (fake CUDA tensors cannot run backward
-  without a GPU: the autograd engine asks the driver for a CUDA context), with what CUDA does
-  differently emulated: the fused dropout (a 1-byte mask), the SDPA kernel CUDA would pick
-  (flash for 16-bit inputs without a mask, memory-efficient otherwise), foreach optimizers,
-  and the cuBLAS workspaces (per thread: forward and backward run on different threads).
-  Tensors on any other device (the optimizer's CPU step counters) are not counted, as on
-  CUDA.
+  without a GPU: the autograd engine asks the driver for a CUDA context), with what CUDA's
+  dispatch does differently put back by ``_cuda_dispatch`` (autocast, the fused dropout,
+  the SDPA kernel CUDA would pick), foreach optimizers, and the cuBLAS workspaces (per
+  thread: forward and backward run on different threads). Tensors on any other device (the
+  optimizer's CPU step counters) are not counted, as on CUDA.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -153,14 +151,26 @@ def _freed(book: Book, key: int, ident: int) -> Callable[[Any], None]:
 class _Recorder(TorchDispatchMode):
     """Sees every aten op's outputs (above the fake mode): new storages are allocations."""
 
-    def __init__(self, book: Book, workspaces: dict[str, int] | None):
+    def __init__(
+        self,
+        book: Book,
+        workspaces: dict[str, int] | None,
+        below: Callable[[], Any] | None = None,
+    ):
         super().__init__()
         self.book = book
         self.workspaces = workspaces
         self.given: set[tuple[str, str]] = set()
+        # A guard to hold while the fake mode runs the op (the CUDA dispatch's keys are
+        # above autograd: the kernels' own calls must not see them).
+        self.below = below
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        if self.below is None:
+            out = func(*args, **(kwargs or {}))
+        else:
+            with self.below():
+                out = func(*args, **(kwargs or {}))
         name = str(func)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
@@ -178,74 +188,6 @@ class _Recorder(TorchDispatchMode):
                     self.given.add((thread, kind))
                     self.book.synthetic(nbytes, f"{kind} workspace, {thread} thread")
         return out
-
-
-def _sdpa_backend(q: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
-    """The kernel torch picks on an sm80+ GPU (sdp_utils.cpp: flash, then memory-efficient,
-    then math): flash takes 16-bit inputs without a mask and head size <= 256."""
-    if enable_gqa:
-        return "math"
-    head = q.shape[-1]
-    if q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None and head <= 256:
-        return "flash"
-    if head % 8 == 0 or (q.dtype == torch.float32 and head % 4 == 0):
-        return "efficient"
-    return "math"
-
-
-class _CudaKernels(TorchFunctionMode):
-    """Runs what CUDA runs where its composite ops branch on the device (meta tensors take
-    the CPU branch): the fused dropout and the SDPA kernels."""
-
-    def __init__(self, book: Book):
-        super().__init__()
-        self.book = book
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.nn.functional.dropout:
-            return self._dropout(func, args, kwargs)
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            return self._sdpa(func, args, kwargs)
-        return func(*args, **kwargs)
-
-    def _dropout(self, func, args, kwargs):
-        names = ("input", "p", "training", "inplace")
-        bound = dict(zip(names, args))
-        bound.update(kwargs)
-        x, p = bound["input"], bound.get("p", 0.5)
-        training, inplace = bound.get("training", True), bound.get("inplace", False)
-        if not training or inplace or not 0 < p < 1 or x.numel() == 0:
-            return func(*args, **kwargs)
-        # CUDA: native_dropout (a bool mask); the CPU branch makes a float mask.
-        return torch.native_dropout(x, p, True)[0]
-
-    def _sdpa(self, func, args, kwargs):
-        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-        bound = dict(zip(names, args))
-        bound.update(kwargs)
-        q, k, v = bound["query"], bound["key"], bound["value"]
-        mask = bound.get("attn_mask")
-        p = bound.get("dropout_p", 0.0)
-        causal = bound.get("is_causal", False)
-        scale = bound.get("scale")
-        backend = _sdpa_backend(q, mask, bound.get("enable_gqa", False))
-        if backend == "flash":
-            return torch.ops.aten._scaled_dot_product_flash_attention(
-                q, k, v, p, causal, False, scale=scale
-            )[0]
-        if backend == "efficient":
-            if mask is not None and mask.dtype == torch.bool:
-                return func(*args, **kwargs)  # converted to a float bias first: not modelled
-            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-            out, _lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-                q, k, v, mask, grad, p, causal, scale=scale
-            )
-            # CUDA makes the philox seed and offset on the CPU (outside graph capture).
-            self.book.uncount(seed)
-            self.book.uncount(offset)
-            return out
-        return func(*args, **kwargs)
 
 
 def fake_model(model: torch.nn.Module, mode: FakeTensorMode, device: torch.device, dtype):

@@ -22,11 +22,12 @@ import torch
 
 from .. import _args, _core, _torch, results
 from .._categories import CATEGORIES
+from . import _amp
+from ._cuda_dispatch import CudaDispatch
 from ._fake_step import (
     REPLAY_CATEGORIES,
     Book,
     FakeStepError,
-    _CudaKernels,
     _Recorder,
     apply_order,
     default_loss,
@@ -35,12 +36,10 @@ from ._fake_step import (
     fake_model,
     output_tensors,
 )
+from ._optimizer import OptimizerSpec, check_instance, make_optimizer
 from .result import MemoryEstimate
 
 __all__ = ["FakeStepError", "estimate"]
-
-
-OptimizerSpec = Callable[..., torch.optim.Optimizer]
 
 
 def estimate(
@@ -54,19 +53,26 @@ def estimate(
     targets: Any = None,
     optimizer_kwargs: dict[str, Any] | None = None,
     backward: bool = True,
+    autocast: torch.dtype | None = None,
+    grad_scaler: bool = False,
 ) -> MemoryEstimate:
     """Estimate the memory of one training step of `model` on `device`, allocating nothing.
 
     - `example_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
       (real, meta or fake tensors: only their shapes and dtypes are used).
     - `optimizer`: an optimizer class with `optimizer_kwargs` (``torch.optim.AdamW``,
-      ``optimizer_kwargs={"lr": 1e-3}``) or a factory taking the parameters
-      (``lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)``). Not an instance:
-      it is bound to the real parameters. On ``cuda``, ``foreach`` left unset becomes True,
-      CUDA's default.
+      ``optimizer_kwargs={"lr": 1e-3}``), a factory taking the parameters
+      (``lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)``), or an instance
+      over `model`'s parameters (the same class is built on the fake copy with each param
+      group's hyperparameters; one that has state starts the estimate with state). On
+      ``cuda``, ``foreach`` left unset becomes True, CUDA's default.
     - `loss_fn(output)` or, with `targets`, `loss_fn(output, targets)`; default: the
       output's ``loss`` (transformers models given labels), else the output's sum.
     - `dtype`: cast floating parameters, buffers and inputs to it (as ``model.to(dtype)``).
+    - `autocast`: ``torch.bfloat16`` or ``torch.float16`` runs forward and the loss in a
+      ``torch.autocast`` region of that dtype (mixed precision); `grad_scaler`: scale the
+      loss with a ``torch.amp.GradScaler`` (``scaler.scale(loss).backward();
+      scaler.step(opt); scaler.update()``). A GradScaler without autocast is modelled too.
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
@@ -83,14 +89,9 @@ def estimate(
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
     if not isinstance(backward, bool):
         raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
+    _amp.check(autocast, grad_scaler, backward)
     target = _target(device)
     cuda = target.type == "cuda"
-    if isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            "optimizer is an instance bound to the real parameters: pass its class with "
-            "optimizer_kwargs (optimizer=torch.optim.AdamW, optimizer_kwargs={'lr': 1e-3}) "
-            "or a factory (optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))"
-        )
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     run_on = torch.device("meta") if cuda else torch.device("cpu")
@@ -106,37 +107,52 @@ def estimate(
     for t in output_tensors([inputs, fake_targets]):
         book.see(t, "input", "input")
     params = [p for p in fmodel.parameters() if p.requires_grad]
+
+    def fake(t: torch.Tensor) -> torch.Tensor:  # a hyperparameter given as a tensor
+        device = run_on if t.device.type in ("meta", target.type) else t.device
+        return fake_inputs(t, mode, device, None)
+
     with mode:
-        opt = _make_optimizer(optimizer, params, optimizer_kwargs, cuda, notes)
+        opt = make_optimizer(optimizer, optimizer_kwargs, model, fmodel, fake, cuda, notes)
+    if opt is not None:
+        for state in opt.state.values():  # an instance's state, made before the step
+            for value in state.values():
+                book.see(value, "optimizer_state", "optimizer_state")
     workspaces = _cublas_workspaces(target, notes) if cuda else None
-    recorder = _Recorder(book, workspaces)
+    dispatch = CudaDispatch(book) if cuda else None
+    recorder = _Recorder(book, workspaces, dispatch.exclude_below if dispatch else None)
     steps = 2 if opt is not None and backward else 1
-    kernels = _CudaKernels(book) if cuda else contextlib.nullcontext()
+    with mode:
+        amp = _amp.Amp(autocast, grad_scaler, dispatch, run_on)
     try:
-        with mode, kernels, recorder:
+        with mode, dispatch or contextlib.nullcontext(), recorder:
             for step in range(1, steps + 1):
-                _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward)
+                _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward, amp)
     except Exception as error:
         reason = explain(error)
         if reason is not None:
             raise reason from error
         raise
     if cuda:
+        autocasts = "autocast, " if autocast is not None else ""
         notes.append(
-            "CUDA emulated on fake meta tensors: fused dropout, SDPA kernel as on sm80+, "
-            "cuBLAS workspaces; cuDNN workspaces and kernels' internal scratch not counted"
+            f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
+            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces; cuDNN workspaces "
+            "and kernels' internal scratch not counted"
         )
-    return _result(model, target, dtype, book, steps, started, notes)
+    if grad_scaler:
+        notes.append("GradScaler: gradients assumed finite (every step steps)")
+    return _result(model, target, dtype, amp, book, steps, started, notes)
 
 
-def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -> None:
+def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp) -> None:
     book.phase_begin(f"forward {step}")
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         book.set_category(t, "activation")
         return t.detach()  # the tensor itself would make a cycle through its grad_fn
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp.region():
         if isinstance(inputs, dict):
             output = fmodel(**inputs)
         elif isinstance(inputs, (tuple, list)):
@@ -151,15 +167,27 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
             loss = loss_fn(output)
     for t in [*output_tensors(output), loss]:
         book.set_category(t, "other")
+    scaler = amp.scaler
     if backward:
         book.phase_begin(f"backward {step}")
-        loss.backward()
+        if scaler is not None:
+            scaled = scaler.scale(loss)  # a temporary: `scaler.scale(loss).backward()`
+            for t in amp.scaler_tensors():
+                book.set_category(t, "other")
+            scaled.backward()
+            del scaled
+        else:
+            loss.backward()
         for p in params:
             if p.grad is not None:
                 book.set_category(p.grad, "gradient")
     if opt is not None and backward:
         book.phase_begin(f"optimizer {step}")
-        opt.step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         for state in opt.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
@@ -168,30 +196,6 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward) -
     # The output and the loss live to the end of the step, as in
     # `out = model(x); loss = ...; loss.backward(); opt.step()`.
     del output, loss
-
-
-def _make_optimizer(spec, params, kwargs, cuda: bool, notes: list[str]):
-    if spec is None:
-        return None
-    if isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
-        opt = spec(params, **(kwargs or {}))
-    elif callable(spec):
-        if kwargs:
-            raise TypeError("optimizer_kwargs go with an optimizer class, not a factory")
-        opt = spec(params)
-    else:
-        raise TypeError(
-            f"optimizer must be an optimizer class or a factory taking the parameters, "
-            f"not {type(spec).__name__}"
-        )
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise TypeError("the optimizer factory must return a torch.optim.Optimizer")
-    if cuda:
-        for group in opt.param_groups:
-            if "foreach" in group and group["foreach"] is None and not group.get("fused"):
-                # CUDA's default (_default_to_fused_or_foreach): whole-list temporaries.
-                group["foreach"] = True
-    return opt
 
 
 def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]:
@@ -215,7 +219,9 @@ def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]
     return {"cuBLAS": cublas, "cuBLASLt": min(lt, cublas)}
 
 
-def _result(model, device, dtype, book: Book, steps: int, started: float, notes) -> MemoryEstimate:
+def _result(
+    model, device, dtype, amp, book: Book, steps: int, started: float, notes
+) -> MemoryEstimate:
     names = book.phase_names
     recording = {
         "device_type": "cuda" if book.device_type == "cuda" else "cpu",
@@ -248,7 +254,7 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
     return MemoryEstimate(
         model=type(model).__name__,
         device=str(device),
-        dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+        dtype=_dtype_name(dtype),
         parameters=setup["parameter"],
         buffers=setup["buffer"],
         inputs=setup["input"],
@@ -269,8 +275,14 @@ def _result(model, device, dtype, book: Book, steps: int, started: float, notes)
         allocations=len(book.categories),
         seconds=time.perf_counter() - started,
         notes=notes,
+        autocast=_dtype_name(amp.dtype),
+        grad_scaler=amp.scaler is not None,
         meta=results.run_meta(str(device)),
     )
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
+    return str(dtype).replace("torch.", "") if dtype is not None else None
 
 
 def _public(by_category: dict[str, int]) -> dict[str, int]:
@@ -287,6 +299,7 @@ def _check_step(model: Any, optimizer: Any, optimizer_kwargs: Any, loss_fn: Any)
         raise TypeError(
             f"model must be a torch.nn.Module, got {_args.shown(model)} ({type(model).__name__})"
         )
+    check_instance(optimizer, optimizer_kwargs)
     if optimizer_kwargs is not None:
         if not isinstance(optimizer_kwargs, dict):
             raise TypeError(

@@ -57,6 +57,10 @@ class MemoryEstimate(results.SavedResult):
     allocations: int
     seconds: float
     notes: list[str]
+    #: The ``torch.autocast`` dtype of forward and the loss ("bfloat16", "float16"), if any.
+    autocast: str | None = None
+    #: Whether the loss was scaled by a GradScaler.
+    grad_scaler: bool = False
     #: Where and when it was made (``results.run_meta``; ``device``: the device modelled).
     meta: dict[str, Any] = dataclasses.field(
         default_factory=lambda: results.run_meta(None), compare=False, repr=False

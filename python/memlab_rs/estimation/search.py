@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from .. import _args
+from . import _amp
 from .estimator import OptimizerSpec, _check_step, _target, estimate
 
 
@@ -25,6 +26,8 @@ def max_batch_size(
     dtype: torch.dtype | None = None,
     measure: str = "reserved",
     limit: int = 1 << 16,
+    autocast: torch.dtype | None = None,
+    grad_scaler: bool = False,
 ) -> int:
     """The largest batch size whose estimated step fits `budget` (0 if none does), at most
     `limit`.
@@ -33,8 +36,8 @@ def max_batch_size(
     targets `loss_fn(output, targets)` takes (if any). `budget`: bytes, or a size as every
     size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
     device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
-    (the modelled segments, what must fit) or ``"allocated"``. Exponential search from 1,
-    then binary search.
+    (the modelled segments, what must fit) or ``"allocated"``. `autocast` and
+    `grad_scaler` are ``estimate``'s. Exponential search from 1, then binary search.
 
     >>> import torch
     >>> from memlab_rs import max_batch_size
@@ -43,6 +46,7 @@ def max_batch_size(
     1498
     """
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
+    _amp.check(autocast, grad_scaler, True)
     _args.function(make_inputs, "make_inputs", "a function of the batch size")
     if make_targets is not None:
         _args.function(make_targets, "make_targets", "a function of the batch size")
@@ -69,6 +73,8 @@ def max_batch_size(
             device=target,
             dtype=dtype,
             targets=make_targets(batch) if make_targets is not None else None,
+            autocast=autocast,
+            grad_scaler=grad_scaler,
         )
         need = est.peak_reserved if measure == "reserved" else est.peak_allocated
         return need <= budget

@@ -27,6 +27,9 @@ pub fn render(e: &Estimate) -> String {
         ));
     }
     out.push_str("</table>");
+    if let Some(precision) = e.precision() {
+        out.push_str(&format!("<p>Precision: {}</p>", escape(&precision)));
+    }
     for note in &e.notes {
         out.push_str(&format!("<p>Note: {}</p>", escape(note)));
     }
@@ -49,5 +52,8 @@ mod tests {
         assert!(html.contains("<td style=\"text-align:right\">4004000</td>"));
         assert!(html.contains("a &amp; b"));
         assert!(html.contains("<td>(step 1, backward)</td>"));
+        assert!(!html.contains("Precision"));
+        e.autocast = Some("bfloat16".into());
+        assert!(render(&e).contains("<p>Precision: torch.autocast(bfloat16)</p>"));
     }
 }

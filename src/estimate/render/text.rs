@@ -14,6 +14,9 @@ pub fn render(e: &Estimate) -> String {
             bytes as f64 / 1e6
         ));
     }
+    if let Some(precision) = e.precision() {
+        out.push_str(&format!("Note: precision: {precision}\n"));
+    }
     for note in &e.notes {
         out.push_str(&format!("Note: {note}\n"));
     }
@@ -49,5 +52,19 @@ mod tests {
                 "Note: on cpu; every figure is in docs/guide.md"
             ]
         );
+    }
+
+    #[test]
+    fn mixed_precision_is_said_before_the_notes() {
+        let mut e = estimate();
+        e.autocast = Some("float16".into());
+        e.grad_scaler = true;
+        let text = render(&e);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[8],
+            "Note: precision: torch.autocast(float16), a GradScaler"
+        );
+        assert_eq!(lines[9], "Note: a note");
     }
 }
