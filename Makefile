@@ -46,7 +46,7 @@ build: $(DEPS)
 
 # The release wheel and the sdist as users get them (noxfile.py's `wheel` session): auditwheel
 # says manylinux2014; the wheel installs and works in a clean environment without cargo or
-# rustc; the sdist holds the sources and a wheel builds from it.
+# rustc; the sdist `make build` built the wheel from holds the sources.
 wheel: build
 	$(BIN)/nox -s wheel
 

@@ -18,8 +18,8 @@ pip/uv pick the newest torch with wheels for each Python (3.9 gets an older one,
 
 The `wheel` session (`make wheel`, and `make test` runs it) checks the release wheel and the
 sdist as users get them: the wheel is manylinux2014 (auditwheel agrees), installs into a clean
-environment with no Rust toolchain on PATH and works there; the sdist holds the sources and a
-wheel builds from it.
+environment with no Rust toolchain on PATH and works there; the sdist holds the sources and
+every Python file the wheel installs (`make build` built the wheel from it).
 
 Examples:
     make test                                   # everything, every Python found
