@@ -4,15 +4,15 @@ foreach optimizers, SDPA kernel, cuBLAS workspaces), clear errors, the golden te
 
 from __future__ import annotations
 
-import gc
 import json
 
 import paths
 import pytest
 import torch
+from cpu_step_rises import cpu_step_rises
 
 import memlab_rs
-from memlab_rs import FakeStepError, _core, estimate, max_batch_size
+from memlab_rs import FakeStepError, estimate, max_batch_size
 from memlab_rs._sources import cpu_source as _cpu_source
 from memlab_rs.estimation._cuda_dispatch import sdpa_backend as _sdpa_backend
 from memlab_rs.models import TinyGPT
@@ -35,17 +35,7 @@ def _real_cpu_step_rises(model, x, opt):
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    rises = {}
-    for n in (1, 2) if opt is not None else (1,):
-        gc.collect()
-        _core._cpu_start()
-        try:
-            start = dict(_core._cpu_stats())["allocated_bytes.all.current"]
-            step()
-            rises[n] = dict(_core._cpu_stats())["allocated_bytes.all.peak"] - start
-        finally:
-            _core._cpu_stop()
-    return rises
+    return cpu_step_rises(step, 2 if opt is not None else 1)
 
 
 def _estimated_rises(est):

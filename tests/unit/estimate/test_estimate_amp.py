@@ -7,7 +7,6 @@ tests/integration/test_estimate_processes.py (it needs an interpreter of its own
 
 from __future__ import annotations
 
-import gc
 import json
 import warnings
 
@@ -15,10 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from autocast_oracle import forward_allocations
+from cpu_step_rises import cpu_step_rises
 from torch import nn
 
 import memlab_rs
-from memlab_rs import _core, estimate, max_batch_size
+from memlab_rs import estimate, max_batch_size
 from memlab_rs._sources import cpu_source as _cpu_source
 from memlab_rs.estimation._cuda_dispatch import autocast_ops
 
@@ -209,17 +209,7 @@ def _real_cpu_step_rises(model, x, opt, scaler):
             scaler.update()
         opt.zero_grad(set_to_none=True)
 
-    rises = {}
-    for n in (1, 2):
-        gc.collect()
-        _core._cpu_start()
-        try:
-            start = dict(_core._cpu_stats())["allocated_bytes.all.current"]
-            step()
-            rises[n] = dict(_core._cpu_stats())["allocated_bytes.all.peak"] - start
-        finally:
-            _core._cpu_stop()
-    return rises
+    return cpu_step_rises(step, 2)
 
 
 @needs_cpu_hook
