@@ -53,15 +53,22 @@ wheel: build
 demo: build
 	$(BIN)/python -m memlab_rs.demo
 
-# One wheel (abi3, built by `build`) is installed into a fresh environment per Python. The
-# checks that need no wheel of their own (lint, cargo test, the wheel's and sdist's checks)
-# run beside the pytest sessions rather than before them: on a 2-core machine the sessions
-# alone leave a core idle for part of their time (waiting on fresh interpreters' file reads),
-# and `make test` is the suite's wall-clock time. --output-sync keeps each side's log whole.
-test: build
+# One wheel (abi3, built by `build`) is installed into a fresh environment per Python. On a
+# 2-core machine `make test`'s wall-clock time is what to save, so work that does not wait
+# on the other runs beside it: the test environments (torch and the rest, for each Python)
+# are made while the wheel builds (rustc checks our crate on one core for much of the
+# build), and the checks that need no wheel of their own (lint, cargo test, the wheel's and
+# sdist's checks) run beside the pytest sessions, which alone leave a core idle for part of
+# their time (fresh interpreters reading files). --output-sync keeps each side's log whole.
+test: $(DEPS)
+	$(MAKE) --no-print-directory -j2 --output-sync=target build test-envs
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-checks test-sessions
 
-.PHONY: test-checks test-sessions
+.PHONY: test-checks test-sessions test-envs
+# noxfile.py's test environments, without the wheel (each session installs it when it runs).
+test-envs: $(DEPS)
+	MEMLAB_RS_ENVIRONMENTS_ONLY=1 $(BIN)/nox -s tests
+
 # cargo test's debug build without debug info (CARGO_PROFILE_DEV_DEBUG=0): 40 s instead of
 # 53 s on the 2-core machine; a failing test's panic message still names its file and line.
 test-checks: lint

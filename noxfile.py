@@ -114,6 +114,11 @@ def tests(session: nox.Session) -> None:
     # the interpreters it starts. Not uv's --compile-bytecode: it compiles all of torch,
     # 33 s of CPU per environment, where the modules the suite imports take about 2 s.
     session.env["PYTHONDONTWRITEBYTECODE"] = ""
+    if os.environ.get("MEMLAB_RS_ENVIRONMENTS_ONLY"):
+        # `make test` makes the environments while the wheel builds (Makefile: test-envs):
+        # the dependencies now, the wheel when the session runs.
+        session.install("-r", str(REQUIREMENTS))
+        return
     if session.venv_backend == "uv":
         # The wheel's version rarely changes between builds: reinstall it every time.
         session.install("--reinstall-package", "memlab_rs", "-r", str(REQUIREMENTS), wheel)

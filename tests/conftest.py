@@ -52,6 +52,20 @@ def script():
     return run_script
 
 
+@pytest.fixture
+def garbage_collected_once():
+    """One full collection before a property test's examples, not one per example: earlier
+    tests' cyclic garbage (a profiler among it) is gone before the first example counts what
+    is alive, and the examples free their own objects by reference counting. A full
+    collection late in the suite walks everything every test module imported (0.3 s each),
+    so one per example cost 10-13 s per test and interpreter. Use it with
+    `suppress_health_check=[HealthCheck.function_scoped_fixture]`: once per test is the point.
+    """
+    import gc
+
+    gc.collect()
+
+
 def _wait_child(pid: int, timeout: int = 60) -> int:
     """waitpid with a deadline: a child that deadlocks is killed and the test fails."""
 

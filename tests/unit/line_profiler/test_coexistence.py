@@ -17,7 +17,7 @@ import threading
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memlab_rs import LineProfiler, _core
@@ -442,10 +442,12 @@ STEPS = st.lists(
     max_examples=int(40 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,
     database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(STEPS)
-def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(steps):
-    gc.collect()
+def test_dropped_profilers_slots_are_reused_and_their_events_reach_no_one_else(
+    garbage_collected_once, steps
+):
     slots_before, alive_before = _core.line_profiler._line_engine_table()
     alive: list[list] = []  # [profiler, function index, calls it saw while enabled]
     most = 0

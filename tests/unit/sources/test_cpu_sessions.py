@@ -7,13 +7,12 @@ and frees, over random sequences of starts, stops and tensors kept alive or free
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memlab_rs
@@ -161,7 +160,6 @@ class Sessions:
                     reader.disable() if isinstance(reader, LineProfiler) else reader.stop()
             self.profiler = self.tracer = self.monitor = None
             self.kept.clear()
-            gc.collect()
 
 
 SIZES = st.integers(1, 64).map(lambda k: k * 1024 + 8)
@@ -182,9 +180,12 @@ STEPS = st.lists(
     max_examples=int(30 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,
     database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(STEPS)
-def test_each_line_counts_what_it_allocates_and_frees_whatever_ran_before(steps):
+def test_each_line_counts_what_it_allocates_and_frees_whatever_ran_before(
+    garbage_collected_once, steps
+):
     sessions = Sessions()
     try:
         for step in steps:

@@ -5,7 +5,7 @@ with two segments, and a CPU recording in the form memlab_rs's CPU tracer return
 in both formats, re-loaded, and analysed with torch.cuda._memory_viz: segsum, trace, and the
 memory/segments flamegraph inputs (the flamegraph step itself needs Perl and a download, so
 its input lines are checked instead). torch's command line tools reading the pickle are
-tests/integration/test_trace_processes.py's.
+tests/integration/test_trace_files_processes.py's.
 """
 
 from __future__ import annotations

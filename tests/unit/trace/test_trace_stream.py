@@ -1,7 +1,7 @@
 """The streaming pickle reader (`trace.load(path)`) against the dict reader (`trace.load(dict)`):
 the same report from the GPU fixtures and generated histories at pickle protocols 2, 4 and 5,
 clear errors for bad files, the fallback for protocols 0 and 1. Its memory on a 32 MB snapshot,
-measured in fresh processes, is tests/integration/test_trace_processes.py's."""
+measured in fresh processes, is tests/integration/test_trace_files_processes.py's."""
 
 import pickle
 
