@@ -106,7 +106,6 @@ def _the_wheel() -> Path:
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Install the built wheel and the test dependencies, then run pytest on tests/."""
-    wheel = str(_the_wheel())
     # Bytecode is written as modules are first imported: uv writes no .pyc, and where
     # PYTHONDONTWRITEBYTECODE is set (this project's machines set it) nothing would, so
     # every interpreter a test starts would compile torch's sources again (5.4 s to import
@@ -119,6 +118,7 @@ def tests(session: nox.Session) -> None:
         # the dependencies now, the wheel when the session runs.
         session.install("-r", str(REQUIREMENTS))
         return
+    wheel = str(_the_wheel())
     if session.venv_backend == "uv":
         # The wheel's version rarely changes between builds: reinstall it every time.
         session.install("--reinstall-package", "memlab_rs", "-r", str(REQUIREMENTS), wheel)
