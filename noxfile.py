@@ -153,18 +153,45 @@ INTERPRETER_SENSITIVE = [
 ]
 
 
+# The unit tests of what works on data alone (the results' files, the text helpers, the
+# command line's rendering, the estimate's replay, the doctor's and the trace's analyses,
+# readers and renderers, merged and compared tensor reports): Rust and Python over data,
+# never the interpreter's frames, hooks or collector. They run on the oldest and the newest
+# CPython (the syntax and standard library at both ends, the oldest and newest torch); every
+# other unit test runs on every CPython.
+INTERPRETER_NEUTRAL_UNIT = [
+    "tests/unit/results",
+    "tests/unit/text",
+    "tests/unit/cli",
+    "tests/unit/estimate",
+    "tests/unit/doctor/test_fragmentation.py",
+    "tests/unit/doctor/test_leaks_analysis.py",
+    "tests/unit/trace/test_memory_viz_export.py",
+    "tests/unit/trace/test_trace.py",
+    "tests/unit/trace/test_trace_paths.py",
+    "tests/unit/trace/test_trace_render.py",
+    "tests/unit/trace/test_trace_stream.py",
+    "tests/unit/trace/test_trace_views.py",
+    "tests/unit/tensor_report/test_merge_and_diff.py",
+    "tests/unit/tensor_report/test_saved_report.py",
+]
+
+
 def _test_paths(version: str) -> list[str]:
-    """What a session tests. Every CPython: the in-process tests of each capability
-    (tests/unit, and tests/gpu, which skip without CUDA). The oldest and the newest found:
-    the docs, stubs and public API (tests/contract) and the process tests that depend on the
-    interpreter (INTERPRETER_SENSITIVE: both line-profiler hooks, both gc-walk paths). The
-    second newest: the other process tests (the CLI end to end, pytester, torchrun/gloo,
-    notebooks, fresh-interpreter first use), which behave alike on every CPython and cost
-    most of a session's time (importing torch in fresh interpreters), so they run once."""
+    """What a session tests. Every CPython: the in-process tests of what touches the
+    interpreter (tests/unit less INTERPRETER_NEUTRAL_UNIT), and tests/gpu (skipped without
+    CUDA). The oldest and the newest found: all of tests/unit, the docs, stubs and public API
+    (tests/contract) and the process tests that depend on the interpreter
+    (INTERPRETER_SENSITIVE: both line-profiler hooks, both gc-walk paths). The second
+    newest: the other process tests (the CLI end to end, pytester, torchrun/gloo, notebooks,
+    fresh-interpreter first use), which behave alike on every CPython and cost most of a
+    session's time (importing torch in fresh interpreters), so they run once."""
     found = _interpreters_found()
     paths = ["tests/unit", "tests/gpu"]
     if version in (found[0], found[-1]):
         paths += ["tests/contract", *INTERPRETER_SENSITIVE]
+    else:
+        paths += [f"--ignore={p}" for p in INTERPRETER_NEUTRAL_UNIT]
     once = found[-2] if len(found) > 1 else found[-1]
     if version == once:
         others = sorted(

@@ -97,3 +97,25 @@ def test_the_guide_states_the_tracing_slowdown_below_312(figure):
     assert figure in cost and "3.12" in cost and "--unprofiled-only" in cost
     readme = (ROOT / "README.md").read_text()
     assert "1.5-2.2x for a tight loop, 2.7-7.1x for call-heavy" in readme
+
+
+def test_the_noxfiles_test_selections_name_files_that_exist():
+    """noxfile.py runs some tests on fewer CPythons by path (INTERPRETER_SENSITIVE,
+    INTERPRETER_NEUTRAL_UNIT): a path that no longer exists would quietly change what runs
+    where (pytest ignores a missing --ignore), so every one must name a test file or folder."""
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    lists = {
+        target.id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id.startswith("INTERPRETER_")
+    }
+    assert set(lists) == {"INTERPRETER_SENSITIVE", "INTERPRETER_NEUTRAL_UNIT"}
+    for name, paths in lists.items():
+        assert paths, name
+        for path in paths:
+            assert (ROOT / path).exists(), f"{name} names {path}, which does not exist"
+            assert Path(path).name.startswith("test_") or (ROOT / path).is_dir(), path

@@ -286,8 +286,7 @@ class CudaDispatch:
     def _probe(self, op: Any, args: tuple, kwargs: dict) -> _Plan:
         leaves, spec = tree_flatten((args, kwargs))
         probes = [
-            _Probe(("in", i), v) if isinstance(v, torch.Tensor) else v
-            for i, v in enumerate(leaves)
+            _Probe(("in", i), v) if isinstance(v, torch.Tensor) else v for i, v in enumerate(leaves)
         ]
         a, k = tree_unflatten(probes, spec)
         plan = _Plan(self.below)

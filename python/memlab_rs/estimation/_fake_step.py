@@ -19,6 +19,7 @@ The estimate's collector (``estimator.py`` is its public side, ``src/estimate`` 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import weakref
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
+from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
 # The replay's categories: the shared ones, then two reported under "other" but kept apart:
@@ -52,6 +54,10 @@ _BLAS_OPS = {
 }
 
 
+_INDEX_PUT = torch.ops.aten.index_put.default
+_INDEX_PUT_INPLACE = torch.ops.aten.index_put_.default
+
+
 class FakeStepError(RuntimeError):
     """The model cannot run on fake tensors (a data-dependent shape, an op without a fake
     kernel): no estimate rather than a wrong one."""
@@ -71,6 +77,9 @@ class Book:
     alloc_at: dict[int, int] = field(default_factory=dict)  # id -> index of its alloc event
     refs: dict[int, weakref.ref] = field(default_factory=dict)
     phase: str = ""
+    # Set when the step is over: what the fake copy frees afterwards (the model, the
+    # optimizer and the inputs going out of scope) is not part of the step.
+    sealed: bool = False
 
     def phase_begin(self, name: str) -> None:
         self.phase = name
@@ -141,6 +150,8 @@ def _rank(category: str) -> int:
 
 def _freed(book: Book, key: int, ident: int) -> Callable[[Any], None]:
     def callback(_ref: Any) -> None:
+        if book.sealed:
+            return
         if book.live.get(key) == ident:
             del book.live[key]
         book.events.append((FREE, ident, 0))
@@ -156,9 +167,11 @@ class _Recorder(TorchDispatchMode):
         book: Book,
         workspaces: dict[str, int] | None,
         below: Callable[[], Any] | None = None,
+        known: KnownValues | None = None,
     ):
         super().__init__()
         self.book = book
+        self.known = known
         self.workspaces = workspaces
         self.given: set[tuple[str, str]] = set()
         # A guard to hold while the fake mode runs the op (the CUDA dispatch's keys are
@@ -166,11 +179,23 @@ class _Recorder(TorchDispatchMode):
         self.below = below
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.below is None:
-            out = func(*args, **(kwargs or {}))
-        else:
-            with self.below():
-                out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if func is _INDEX_PUT and self.book.phase.startswith("backward"):
+            # Autograd's formula for indexing (FunctionsManual.cpp, index_backward) writes the
+            # gradient into its zeros in place, except for tensor subclasses (fake ones
+            # included), which get an out-of-place copy: run the real step's.
+            func = _INDEX_PUT_INPLACE
+        with self.below() if self.below is not None else contextlib.nullcontext():
+            out = NotImplemented
+            if self.known is not None:  # a host read of a value a real step would know
+                out = self.known.answer(func, args, kwargs)
+                for t in self.known.made:
+                    self.book.see(t, f"{func} (indices of a boolean mask)")
+                self.known.made.clear()
+            if out is NotImplemented:
+                out = func(*args, **kwargs)
+                if self.known is not None:
+                    self.known.follow(func, args, kwargs, out)
         name = str(func)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
@@ -190,9 +215,16 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def fake_model(model: torch.nn.Module, mode: FakeTensorMode, device: torch.device, dtype):
+def fake_model(
+    model: torch.nn.Module,
+    mode: FakeTensorMode,
+    device: torch.device,
+    dtype,
+    known: KnownValues | None = None,
+):
     """A copy of `model` whose parameters and buffers are fake tensors on `device` (tied
-    ones stay tied); the model itself is untouched and nothing of its data is copied."""
+    ones stay tied); the model itself is untouched and nothing of its data is copied, except
+    the small buffers' values into `known` (position ids, masks: a step may read them)."""
     memo: dict[int, Any] = {}
     with mode:
         for p in model.parameters():
@@ -203,6 +235,8 @@ def fake_model(model: torch.nn.Module, mode: FakeTensorMode, device: torch.devic
         for b in model.buffers():
             if id(b) not in memo:
                 memo[id(b)] = _fake_like(b, device, dtype)
+                if known is not None:
+                    known.remember(memo[id(b)], b)
     return copy.deepcopy(model, memo)
 
 
@@ -225,15 +259,20 @@ def _fake_like(t: torch.Tensor, device: torch.device, dtype) -> torch.Tensor:
     return torch.empty_strided(tuple(t.shape), t.stride(), dtype=target, device=device)
 
 
-def fake_inputs(value: Any, mode: FakeTensorMode, device: torch.device, dtype) -> Any:
+def fake_inputs(
+    value: Any, mode: FakeTensorMode, device: torch.device, dtype, known: KnownValues | None = None
+) -> Any:
     """The inputs with every tensor replaced by a fake one on `device` (floating ones in
-    `dtype` when given)."""
+    `dtype` when given); the small ones' values go into `known`."""
 
     def convert(t):
         if not isinstance(t, torch.Tensor):
             return t
         with mode:
-            return _fake_like(t.detach(), device, dtype).requires_grad_(t.requires_grad)
+            fake = _fake_like(t.detach(), device, dtype).requires_grad_(t.requires_grad)
+        if known is not None:
+            known.remember(fake, t)
+        return fake
 
     return tree_map(convert, value)
 

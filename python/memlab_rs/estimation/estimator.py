@@ -36,10 +36,17 @@ from ._fake_step import (
     fake_model,
     output_tensors,
 )
+from ._known_values import KnownValues, eager_libraries
 from ._optimizer import OptimizerSpec, check_instance, make_optimizer
 from .result import MemoryEstimate
 
 __all__ = ["FakeStepError", "estimate"]
+
+# A host read or a shape that needs data the fake step does not have.
+_DATA_DEPENDENT = (
+    torch._subclasses.fake_tensor.DataDependentOutputException,
+    torch._subclasses.fake_tensor.DynamicOutputShapeException,
+)
 
 
 def estimate(
@@ -92,18 +99,64 @@ def estimate(
     _amp.check(autocast, grad_scaler, backward)
     target = _target(device)
     cuda = target.type == "cuda"
+    notes: list[str] = []
+    step = (model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype)
+    recorded = None
+    with eager_libraries() as told:
+        try:
+            recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
+        except _DATA_DEPENDENT as error:
+            if not told:
+                raise _unanswerable(error) from error
+    if recorded is None:
+        # A read of a value nobody knows here (one computed from the weights): the library
+        # hears that the tensors are fake, and takes the path it takes under tracing.
+        notes.clear()
+        try:
+            recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
+        except _DATA_DEPENDENT as error:
+            raise _unanswerable(error) from error
+        notes.append(
+            "the step reads a value computed from the weights: transformers ran its "
+            "graph-safe path (as under torch.compile), which may differ from an eager step"
+        )
+    book, amp, steps = recorded
+    if cuda:
+        autocasts = "autocast, " if autocast is not None else ""
+        notes.append(
+            f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
+            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces; cuDNN workspaces "
+            "and kernels' internal scratch not counted"
+        )
+    if grad_scaler:
+        notes.append("GradScaler: gradients assumed finite (every step steps)")
+    return _result(model, target, dtype, amp, book, steps, started, notes)
+
+
+def _unanswerable(error: Exception) -> FakeStepError:
+    reason = explain(error)
+    assert reason is not None, error  # explain() names every _DATA_DEPENDENT error
+    return reason
+
+
+def _record(
+    model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
+    target, backward, autocast, grad_scaler, notes,
+):  # fmt: skip
+    """The step on fake tensors, recorded: (book, amp, steps)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    cuda = target.type == "cuda"
     run_on = torch.device("meta") if cuda else torch.device("cpu")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     book = Book("cuda" if cuda else "cpu")
-    notes: list[str] = []
+    known = KnownValues()
     book.phase_begin("setup")
-    fmodel = fake_model(model, mode, run_on, dtype)
+    fmodel = fake_model(model, mode, run_on, dtype, known)
     for t, category in apply_order(fmodel):
         book.see(t, category, category)
-    inputs = fake_inputs(example_inputs, mode, run_on, dtype)
-    fake_targets = fake_inputs(targets, mode, run_on, dtype)
+    inputs = fake_inputs(example_inputs, mode, run_on, dtype, known)
+    fake_targets = fake_inputs(targets, mode, run_on, dtype, known)
     for t in output_tensors([inputs, fake_targets]):
         book.see(t, "input", "input")
     params = [p for p in fmodel.parameters() if p.requires_grad]
@@ -120,7 +173,7 @@ def estimate(
                 book.see(value, "optimizer_state", "optimizer_state")
     workspaces = _cublas_workspaces(target, notes) if cuda else None
     dispatch = CudaDispatch(book) if cuda else None
-    recorder = _Recorder(book, workspaces, dispatch.exclude_below if dispatch else None)
+    recorder = _Recorder(book, workspaces, dispatch.exclude_below if dispatch else None, known)
     steps = 2 if opt is not None and backward else 1
     with mode:
         amp = _amp.Amp(autocast, grad_scaler, dispatch, run_on)
@@ -128,21 +181,15 @@ def estimate(
         with mode, dispatch or contextlib.nullcontext(), recorder:
             for step in range(1, steps + 1):
                 _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward, amp)
+    except _DATA_DEPENDENT:
+        raise
     except Exception as error:
         reason = explain(error)
         if reason is not None:
             raise reason from error
         raise
-    if cuda:
-        autocasts = "autocast, " if autocast is not None else ""
-        notes.append(
-            f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
-            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces; cuDNN workspaces "
-            "and kernels' internal scratch not counted"
-        )
-    if grad_scaler:
-        notes.append("GradScaler: gradients assumed finite (every step steps)")
-    return _result(model, target, dtype, amp, book, steps, started, notes)
+    book.sealed = True  # before the fake model, optimizer and inputs go
+    return book, amp, steps
 
 
 def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp) -> None:

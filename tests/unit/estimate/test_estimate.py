@@ -176,9 +176,14 @@ def test_the_model_is_untouched():
 
 
 def test_a_data_dependent_shape_is_a_clear_error_naming_the_op():
-    class Nonzero(torch.nn.Module):
+    class Nonzero(torch.nn.Module):  # which elements are nonzero depends on the weights
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
         def forward(self, x):
-            return x[x.nonzero(as_tuple=True)].sum()
+            h = self.lin(x)
+            return h[h.nonzero(as_tuple=True)].sum()
 
     with pytest.raises(FakeStepError, match="nonzero"):
         estimate(Nonzero(), torch.ones(4, requires_grad=True), device="cpu")
