@@ -177,19 +177,28 @@ INTERPRETER_NEUTRAL_UNIT = [
 ]
 
 
+# tests/contract runs on the newest CPython; this part of it on the oldest too: the user's
+# operations (deepcopy, pickle, torch.compile's backends) with each tool attached, which the
+# oldest CPython's older torch does differently.
+CONTRACT_ON_BOTH_ENDS = ["tests/contract/test_tools_attached.py"]
+
+
 def _test_paths(version: str) -> list[str]:
     """What a session tests. Every CPython: the in-process tests of what touches the
     interpreter (tests/unit less INTERPRETER_NEUTRAL_UNIT), and tests/gpu (skipped without
-    CUDA). The oldest and the newest found: all of tests/unit, the docs, stubs and public API
-    (tests/contract) and the process tests that depend on the interpreter
-    (INTERPRETER_SENSITIVE: both line-profiler hooks, both gc-walk paths). The second
+    CUDA). The oldest and the newest found: all of tests/unit and the process tests that
+    depend on the interpreter (INTERPRETER_SENSITIVE: both line-profiler hooks, both gc-walk
+    paths). The newest: the docs, stubs and public API (tests/contract; its
+    CONTRACT_ON_BOTH_ENDS on the oldest too). The second
     newest: the other process tests (the CLI end to end, pytester, torchrun/gloo, notebooks,
     fresh-interpreter first use), which behave alike on every CPython and cost most of a
     session's time (importing torch in fresh interpreters), so they run once."""
     found = _interpreters_found()
     paths = ["tests/unit", "tests/gpu"]
-    if version in (found[0], found[-1]):
+    if version == found[-1]:
         paths += ["tests/contract", *INTERPRETER_SENSITIVE]
+    elif version == found[0]:
+        paths += [*CONTRACT_ON_BOTH_ENDS, *INTERPRETER_SENSITIVE]
     else:
         paths += [f"--ignore={p}" for p in INTERPRETER_NEUTRAL_UNIT]
     once = found[-2] if len(found) > 1 else found[-1]

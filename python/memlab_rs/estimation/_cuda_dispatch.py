@@ -384,14 +384,15 @@ def sdpa_backend(q: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
     """The kernel torch picks on an sm80+ GPU (sdp_utils.cpp: flash, then memory-efficient,
     then math) among those enabled (``torch.nn.attention.sdpa_kernel``,
     ``torch.backends.cuda.enable_flash_sdp``, ...): flash takes 16-bit inputs without a mask
-    and head size <= 256."""
-    if enable_gqa:
-        return "math"
+    and head size <= 256, and grouped keys and values (``enable_gqa``) natively; the
+    memory-efficient kernel does not take grouped ones (math repeats them)."""
     head = q.shape[-1]
     flash = torch.backends.cuda.flash_sdp_enabled()
     efficient = torch.backends.cuda.mem_efficient_sdp_enabled()
     if flash and q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None and head <= 256:
         return "flash"
+    if enable_gqa:
+        return "math"
     if efficient and (head % 8 == 0 or (q.dtype == torch.float32 and head % 4 == 0)):
         return "efficient"
     return "math"

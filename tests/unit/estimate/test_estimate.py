@@ -146,6 +146,10 @@ def test_sdpa_kernel_is_the_one_cuda_picks():
     assert _sdpa_backend(half, torch.empty(4, 4), False) == "efficient"
     assert _sdpa_backend(torch.empty(1, 1, 4, 64), None, False) == "efficient"
     assert _sdpa_backend(torch.empty(1, 1, 4, 63), None, False) == "math"
+    # Grouped keys and values (enable_gqa): flash takes them as they are; the memory-
+    # efficient kernel does not, so 32-bit inputs go to math (which repeats them).
+    assert _sdpa_backend(half, None, True) == "flash"
+    assert _sdpa_backend(torch.empty(1, 1, 4, 64), None, True) == "math"
 
     class Attention(torch.nn.Module):
         def __init__(self):
