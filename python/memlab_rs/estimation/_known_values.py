@@ -8,7 +8,8 @@ materialises a (B, 1, L, L) attention mask and repeats grouped keys and values w
 step passes ``is_causal=True``): a different step, with more memory, than the one the user
 runs. Such reads are almost always of small tensors derived from the inputs (token ids,
 attention masks, positions, lengths), whose values a real step computes from the very
-tensors the user handed the estimate.
+tensors the user handed the estimate (and random draws, as OPT's layerdrop makes: drawn
+here from a generator of our own).
 
 So the small tensors keep their real values beside the fake ones: the inputs' and the
 buffers' (copied once, on the CPU), and every op whose tensor arguments all have values (or
@@ -183,7 +184,7 @@ class KnownValues:
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         small = all(t.numel() <= MAX_ELEMENTS for t in outs) and bool(outs)
         real = NotImplemented
-        if small and torch.Tag.nondeterministic_seeded not in func.tags:
+        if small:
             real = self._compute(func, args, kwargs)
         if real is NotImplemented:
             if mutates:
@@ -226,11 +227,29 @@ class KnownValues:
             return NotImplemented
         if "device" in real_kwargs and real_kwargs["device"] is not None:
             real_kwargs["device"] = torch.device("cpu")
+        random = torch.Tag.nondeterministic_seeded in func.tags
+        if random:
+            # A random value (OPT's and BART's layerdrop draw one per layer and branch on
+            # it): drawn from a generator of our own, seeded the same each time, so the
+            # user's generators do not advance and the estimate repeats; a branch on it goes
+            # as one real draw would.
+            real_kwargs.pop("generator", None)
         try:
-            with _disable_current_modes(), torch.no_grad():
+            with _disable_current_modes(), torch.no_grad(), _own_generator(random):
                 return func(*real_args, **real_kwargs)
         except Exception:  # an op the CPU cannot run (a CUDA-only kernel): value unknown
             return NotImplemented
+
+
+@contextlib.contextmanager
+def _own_generator(random: bool) -> Iterator[None]:
+    """For a random op: the CPU generator's state put back after it, seeded 0 for it."""
+    if not random:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
 
 
 def _is_tensor(t: Any) -> bool:

@@ -136,3 +136,41 @@ def test_the_inputs_and_the_model_are_untouched():
     assert torch.equal(ids, before[0]) and torch.equal(mask, before[1])
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[2][k])
+
+
+class LayerDrop(torch.nn.Module):
+    """Skips each layer with probability `p` on a random draw, as OPT's and BART's layerdrop."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if torch.rand([]) < self.p:  # a host read of a random value
+                continue
+            x = torch.tanh(layer(x))
+        return x.sum()
+
+
+@needs_cpu_hook
+def test_a_branch_on_a_random_draw_runs_and_leaves_the_users_generator_alone():
+    model, x = LayerDrop(0.0), torch.ones(8, 32)
+    state = torch.get_rng_state()
+    est = estimate(model, x, device="cpu", loss_fn=lambda out: out)
+    assert torch.equal(torch.get_rng_state(), state)  # no draw from the user's generator
+    real = _real_step_rise(model, x)
+    assert _estimated_rise(est) == real  # p = 0: every layer runs, as in every real step
+    # p = 1: no layer runs (nothing to differentiate: forward only), nothing is saved.
+    skipped = estimate(LayerDrop(1.0), x, device="cpu", loss_fn=lambda out: out, backward=False)
+    assert skipped.activations == 0 and est.activations > 0
+
+
+def _real_step_rise(model, x):
+    def step():
+        model(x).backward()
+        for p in model.parameters():
+            p.grad = None
+
+    return cpu_step_rises(step, 1)[1]
