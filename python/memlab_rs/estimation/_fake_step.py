@@ -196,6 +196,8 @@ class _Recorder(TorchDispatchMode):
                 out = func(*args, **kwargs)
                 if self.known is not None:
                     self.known.follow(func, args, kwargs, out)
+            elif func._schema.is_mutable:  # answered in place (x[mask] = v): its value too
+                self.known.follow(func, args, kwargs, out)
         name = str(func)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):

@@ -174,3 +174,27 @@ def _real_step_rise(model, x):
             p.grad = None
 
     return cpu_step_rises(step, 1)[1]
+
+
+def test_a_known_value_written_through_a_boolean_mask_stays_right():
+    class Cleared(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x, mask):
+            m = mask.clone()
+            # Every set position cleared (index_put_: `m[m.bool()] = 0` takes masked_fill_).
+            m.index_put_((m.bool(),), torch.zeros((), dtype=m.dtype))
+            if m.any():  # never true in a real step; a stale value would take it
+                x = x.repeat(1000, 1)
+            return self.lin(x).sum()
+
+    x = torch.ones(2, 4)
+    ones = estimate(Cleared(), (x, torch.ones(2, dtype=torch.long)), device="cpu", loss_fn=id_)
+    zeros = estimate(Cleared(), (x, torch.zeros(2, dtype=torch.long)), device="cpu", loss_fn=id_)
+    assert ones.peak_allocated == zeros.peak_allocated
+
+
+def id_(out):
+    return out
