@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -180,7 +181,7 @@ class KnownValues:
     def follow(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """After the fake op ran: compute its outputs' values where its inputs have them."""
         schema = func._schema
-        mutates = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        mutates = schema.is_mutable  # an argument is written (in place, out=)
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         small = all(t.numel() <= MAX_ELEMENTS for t in outs) and bool(outs)
         real = NotImplemented
@@ -225,8 +226,6 @@ class KnownValues:
         real_kwargs = tree_map(real, kwargs)
         if missing:
             return NotImplemented
-        if "device" in real_kwargs and real_kwargs["device"] is not None:
-            real_kwargs["device"] = torch.device("cpu")
         random = torch.Tag.nondeterministic_seeded in func.tags
         if random:
             # A random value (OPT's and BART's layerdrop draw one per layer and branch on
@@ -257,8 +256,6 @@ def _is_tensor(t: Any) -> bool:
 
 
 def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(t, FakeTensor)
 
 

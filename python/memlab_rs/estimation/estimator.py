@@ -101,21 +101,21 @@ def estimate(
     cuda = target.type == "cuda"
     notes: list[str] = []
     step = (model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype)
+    # First as the real step runs (libraries hear the tensors are not fake); if the step
+    # reads a value nobody knows here (one computed from the weights), again with the
+    # libraries told the truth, taking the path they take under tracing.
     recorded = None
-    with eager_libraries() as told:
-        try:
-            recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
-        except _DATA_DEPENDENT as error:
-            if not told:
-                raise _unanswerable(error) from error
-    if recorded is None:
-        # A read of a value nobody knows here (one computed from the weights): the library
-        # hears that the tensors are fake, and takes the path it takes under tracing.
+    for eager in (True, False):
         notes.clear()
-        try:
-            recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
-        except _DATA_DEPENDENT as error:
-            raise _unanswerable(error) from error
+        with eager_libraries() if eager else contextlib.nullcontext(False) as told:
+            try:
+                recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
+                break
+            except _DATA_DEPENDENT as error:
+                if not told:
+                    raise _unanswerable(error) from error
+    assert recorded is not None  # the second try returns or raises
+    if not eager:
         notes.append(
             "the step reads a value computed from the weights: transformers ran its "
             "graph-safe path (as under torch.compile), which may differ from an eager step"

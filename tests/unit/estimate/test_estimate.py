@@ -9,6 +9,7 @@ import json
 import paths
 import pytest
 import torch
+from causal_attention import CausalAttention
 from cpu_step_rises import cpu_step_rises
 
 import memlab_rs
@@ -151,17 +152,7 @@ def test_sdpa_kernel_is_the_one_cuda_picks():
     assert _sdpa_backend(half, None, True) == "flash"
     assert _sdpa_backend(torch.empty(1, 1, 4, 64), None, True) == "math"
 
-    class Attention(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = torch.nn.Linear(64, 192)
-
-        def forward(self, x):
-            q, k, v = self.qkv(x).view(2, 128, 3, 1, 64).unbind(2)
-            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    est = estimate(Attention(), torch.zeros(2, 128, 64), device="cuda")
+    est = estimate(CausalAttention(), torch.zeros(2, 128, 64), device="cuda")
     # memory-efficient attention saves its output and a float logsumexp of (2, 1, 128)
     # beside q, k, v's storage: no (128 x 128) attention matrix as the math kernel keeps.
     # Its philox seed and offset are CPU tensors on CUDA: not counted.

@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 from autocast_oracle import forward_allocations
+from causal_attention import CausalAttention
 from cpu_step_rises import cpu_step_rises
 from torch import nn
 
@@ -101,17 +101,7 @@ def test_cuda_autocast_in_an_estimate_counts_the_casts_and_frees_them_at_the_reg
 
 
 def test_cuda_autocast_attention_runs_the_flash_kernel_on_the_cast_inputs():
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(64, 192)
-
-        def forward(self, x):
-            q, k, v = self.qkv(x).view(2, 128, 3, 1, 64).unbind(2)
-            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    est = estimate(Attention(), torch.zeros(2, 128, 64), device="cuda", autocast=BF16)
+    est = estimate(CausalAttention(), torch.zeros(2, 128, 64), device="cuda", autocast=BF16)
     # Saved: the input's cast (for the weight's gradient), the bfloat16 qkv output and
     # flash attention's output, float logsumexp and its rng state (two uint64 tensors on
     # the GPU, flash_api.cpp: a 512 B block each); no float32 copies.
