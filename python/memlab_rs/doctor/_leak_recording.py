@@ -47,7 +47,12 @@ def exclude_parts() -> list[str]:
 
 class Recording:
     """One device's recording; ``start()`` begins the first step, ``mark()`` ends one,
-    ``stop()`` ends the recording (always call it: it turns off what ``start`` turned on)."""
+    ``stop()`` ends the recording (always call it: it turns off what ``start`` turned on).
+
+    ``stop()`` may be called any number of times, and after a ``start()`` that was cut
+    short: a KeyboardInterrupt can land between any two bytecodes, so whether a recording
+    is ours to stop is settled before the call that turns it on, and whether it is still on
+    is asked of what turned it on, never of a flag set after that call returned."""
 
     device: str
 
@@ -74,20 +79,23 @@ class CpuRecording(Recording):
         self.running = False
 
     def start(self) -> None:
+        # A trace already on is someone else's: the start below refuses it, and stop()
+        # must leave it running.
+        self.running = not _core._cpu_trace_active()
         try:
             _core._cpu_trace_start(self.max_entries)
         except RuntimeError as error:
+            self.running = False
             raise RuntimeError(f"the leak check cannot record CPU tensors: {error}") from None
-        self.running = True
         self.marks = [_core._cpu_trace_mark()]
 
     def mark(self) -> None:
         self.marks.append(_core._cpu_trace_mark())
 
     def stop(self) -> None:
-        if self.running:
-            self.running = False
+        if self.running and _core._cpu_trace_active():
             self.snapshot = _core._cpu_trace_stop()
+        self.running = False
 
     def reduce(self, steps: int) -> dict[str, Any]:
         assert self.snapshot is not None
@@ -125,9 +133,9 @@ class CudaRecording(Recording):
     def start(self) -> None:
         cuda_history.ensure_initialised()
         self.we_enabled = not cuda_history.history_enabled()
+        self.running = True  # from here on stop() turns off what this turned on
         if self.we_enabled:
             cuda_history.enable(self.max_entries)
-        self.running = True
         self.tagged = cuda_history.metadata_supported()
         self.start_us = time.time_ns() // 1000 - 1000
         self.mark()
@@ -141,12 +149,12 @@ class CudaRecording(Recording):
     def stop(self) -> None:
         if not self.running:
             return
-        self.running = False
         try:
             self.snapshot = cuda_history.snapshot()
         finally:
             if self.we_enabled:
                 cuda_history.disable()
+            self.running = False
 
     def reduce(self, steps: int) -> dict[str, Any]:
         assert self.snapshot is not None

@@ -135,6 +135,8 @@ class LeakCheck:
                     recording: Recording = CpuRecording(self.max_entries)
                 else:
                     recording = CudaRecording(key, self.max_entries)
+                # Listed before it starts: an interrupt inside start() finds it to stop.
+                self._recordings.append(recording)
                 try:
                     recording.start()
                 except RuntimeError as error:
@@ -142,13 +144,13 @@ class LeakCheck:
                     # device asked for by name must be checked or refused.
                     if self._explicit or key != "cpu":
                         raise
+                    self._recordings.remove(recording)
                     self._skipped[key] = str(error)
                     continue
-                self._recordings.append(recording)
+            self._running = True
         except BaseException:
             self._stop_recordings()
             raise
-        self._running = True
         return self
 
     def step(self) -> None:
@@ -162,8 +164,8 @@ class LeakCheck:
             for recording in self._recordings:
                 recording.mark()
         except BaseException:
-            self._running = False
             self._stop_recordings()
+            self._running = False
             raise
         self._calls += 1
         if self.steps is not None and self._calls >= self.warmup + self.steps:
@@ -176,8 +178,8 @@ class LeakCheck:
             if self.result is not None:
                 return self.result
             raise RuntimeError("this leak check is not running; start() it first")
-        self._running = False
         self._stop_recordings()
+        self._running = False
         measured = self._calls - self.warmup
         if measured < 2:
             raise RuntimeError(
@@ -220,9 +222,14 @@ class LeakCheck:
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         if exc_type is None:
             self.stop()
-        elif self._running:  # the loop raised: turn everything off, and let it propagate
-            self._running = False
-            self._stop_recordings()
+        else:  # the loop raised: turn everything off, and let it propagate
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Turn off whatever is on, however far start(), step() or stop() got (each
+        recording's stop() is safe to repeat)."""
+        self._stop_recordings()
+        self._running = False
 
 
 def leak_check(
@@ -274,9 +281,15 @@ def leaks(
     _args.function(step_fn, "step_fn", "a function to call with no arguments (one step)")
     steps = _args.count(steps, "steps", minimum=2)
     check = LeakCheck(steps=steps, warmup=warmup, device=device, max_entries=max_entries)
-    with check:
+    # Not `with check:` -- an interrupt landing inside __enter__ skips __exit__; this
+    # finally also covers a start() cut short.
+    try:
+        check.start()
         for _ in range(check.warmup + steps):
             step_fn()
             check.step()
+    finally:
+        if check.result is None:
+            check._abandon()
     assert check.result is not None
     return check.result

@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -159,6 +160,48 @@ def test_a_keyboard_interrupt_inside_the_steps_leaves_nothing_installed():
     finally:
         signal.signal(signal.SIGINT, previous)
     assert_nothing_installed()
+
+
+class InterruptAtLine:
+    """A trace function raising KeyboardInterrupt before the ``at``-th line the leak check's
+    own modules run: where a real Ctrl-C can land, between any two of their statements
+    (``at`` past the last line: no interrupt, and ``seen`` counts the lines)."""
+
+    MODULES = ("growth.py", "_leak_recording.py")
+
+    def __init__(self, at: int):
+        self.at = at
+        self.seen = 0
+
+    def __call__(self, frame, event, arg):
+        if not frame.f_code.co_filename.endswith(self.MODULES):
+            return None
+        if event == "line":
+            self.seen += 1
+            if self.seen == self.at:
+                raise KeyboardInterrupt
+        return self
+
+
+def test_an_interrupt_at_any_line_of_the_check_leaves_nothing_installed():
+    def run(tracer: InterruptAtLine) -> None:
+        def step():
+            KEPT.append(torch.empty(100, dtype=torch.uint8))
+
+        sys.settrace(tracer)
+        try:
+            memlab_rs.leaks(step, steps=2, warmup=1, device="cpu")
+        finally:
+            sys.settrace(None)
+            KEPT.clear()
+
+    counting = InterruptAtLine(at=0)
+    run(counting)
+    assert counting.seen > 50, counting.seen  # the check's lines were seen
+    for at in range(1, counting.seen + 1):
+        with pytest.raises(KeyboardInterrupt):
+            run(InterruptAtLine(at))
+        assert_nothing_installed()
 
 
 def test_a_running_cpu_trace_is_named_and_left_running():
