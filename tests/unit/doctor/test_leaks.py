@@ -172,6 +172,7 @@ class InterruptAtLine:
     def __init__(self, at: int):
         self.at = at
         self.seen = 0
+        self.tracing: list[bool] = []  # whether the CPU trace was on before each line
 
     def __call__(self, frame, event, arg):
         if not frame.f_code.co_filename.endswith(self.MODULES):
@@ -180,6 +181,7 @@ class InterruptAtLine:
             self.seen += 1
             if self.seen == self.at:
                 raise KeyboardInterrupt
+            self.tracing.append(_core._cpu_trace_active())
         return self
 
 
@@ -198,7 +200,19 @@ def test_an_interrupt_at_any_line_of_the_check_leaves_nothing_installed():
     counting = InterruptAtLine(at=0)
     run(counting)
     assert counting.seen > 50, counting.seen  # the check's lines were seen
-    for at in range(1, counting.seen + 1):
+    on = counting.tracing
+    assert not on[0] and any(on) and not on[-1]
+    # Every line within 8 of where the trace goes on or off (the starts and stops, where
+    # an interrupt can split "turned on" from "known to be on"), and every 15th elsewhere:
+    # each try starts a trace, whose first walk of the heap costs ~40 ms late in a suite.
+    turns = [i for i in range(1, len(on)) if on[i] != on[i - 1]]
+    lines = [
+        at
+        for at in range(1, counting.seen + 1)
+        if at % 15 == 0 or any(abs(at - 1 - turn) <= 8 for turn in turns)
+    ]
+    assert len(turns) == 2 and len(lines) > 40, (turns, len(lines))
+    for at in lines:
         with pytest.raises(KeyboardInterrupt):
             run(InterruptAtLine(at))
         assert_nothing_installed()
