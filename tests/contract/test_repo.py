@@ -99,14 +99,19 @@ def test_the_guide_states_the_tracing_slowdown_below_312(figure):
     assert "1.5-2.2x for a tight loop, 2.7-7.1x for call-heavy" in readme
 
 
-SELECTIONS = ("INTERPRETER_SENSITIVE", "INTERPRETER_NEUTRAL_UNIT", "CONTRACT_ON_BOTH_ENDS")
+SELECTIONS = (
+    "INTERPRETER_SENSITIVE",
+    "INTERPRETER_NEUTRAL_UNIT",
+    "CONTRACT_ON_BOTH_ENDS",
+    "ONCE_ON_THIRD_NEWEST",
+)
 
 
 def test_the_noxfiles_test_selections_name_files_that_exist():
     """noxfile.py runs some tests on fewer CPythons by path (INTERPRETER_SENSITIVE,
-    INTERPRETER_NEUTRAL_UNIT, CONTRACT_ON_BOTH_ENDS): a path that no longer exists would
-    quietly change what runs where (pytest ignores a missing --ignore), so every one must
-    name a test file or folder."""
+    INTERPRETER_NEUTRAL_UNIT, CONTRACT_ON_BOTH_ENDS, ONCE_ON_THIRD_NEWEST): a path that no
+    longer exists would quietly change what runs where (pytest ignores a missing --ignore),
+    so every one must name a test file or folder."""
     import ast
 
     tree = ast.parse((ROOT / "noxfile.py").read_text())
@@ -117,7 +122,7 @@ def test_the_noxfiles_test_selections_name_files_that_exist():
         for target in node.targets
         if isinstance(target, ast.Name) and target.id in SELECTIONS
     }
-    assert len(lists) == 3, lists.keys()
+    assert len(lists) == len(SELECTIONS), lists.keys()
     for name, paths in lists.items():
         assert paths, name
         for path in paths:

@@ -248,24 +248,37 @@ def test_run_module_and_options_after_the_script(workdir: Path):
 def test_run_demo_module_gives_the_demo_output_and_the_in_process_profile(workdir: Path):
     """`memlab-rs run -m memlab_rs.demo` prints what `python -m memlab_rs.demo` prints
     (its own in-process LineProfiler report included), and --line train_step records the
-    same lines and bytes as LineProfiler(train_step) around the demo in-process."""
+    same lines and bytes as LineProfiler(train_step) around the demo in-process. The demo
+    itself (`make demo`) prints no warning, and each of its tools' blocks."""
     code = """
         import sys, memlab_rs
         from memlab_rs import demo
         with memlab_rs.LineProfiler(demo.train_step, device="cpu") as profiler:
-            demo.main(["--steps", "1"])
+            demo.main(["--steps", "1", "--device", "cpu"])
         profiler.result().save("inproc.json")
     """
-    demo = ("-m", "memlab_rs.demo", "--steps", "1")
+    demo = ("-m", "memlab_rs.demo", "--steps", "1", "--device", "cpu")
     inproc, proc = finish(  # the two interpreters at once
-        start("-c", textwrap.dedent(code), cwd=workdir, program=(sys.executable,)),
+        start(
+            "-c", textwrap.dedent(code), cwd=workdir, program=(sys.executable, "-W", "default")
+        ),
         start("run", "--line", "train_step", "-o", "cli.json", *demo, cwd=workdir),
         timeout=300,
     )
     assert inproc.returncode == 0, inproc.stderr
+    assert inproc.stderr == ""  # no warning, with Python's default filters
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == inproc.stdout
-    assert "== LineProfiler: one more step, line by line" in proc.stdout
+    out = proc.stdout
+    assert out.startswith("memlab_rs demo: TinyGPT trained 1 steps on cpu")
+    assert "wte.weight+lm_head.weight" in out  # the tied weight, under both names
+    assert "## train_step" in out and "## Block.forward" in out
+    # The monitor's block for the bundled model, the tracker's diff, the estimate's table.
+    assert "Memory Usage for Iteration 2 of Epoch 1" in out
+    assert "  wte.weight+lm_head.weight grad" in out
+    assert "+ | 1 * Size:(8, 64, 1000)        | Memory: 1.9531 M" in out
+    assert "Model TinyGPT : params: 3.750912M" in out
+    assert "== LineProfiler: one more step, line by line" in out
     ours, theirs = memlab_rs.load(workdir / "cli.json"), memlab_rs.load(workdir / "inproc.json")
     assert ours.functions == theirs.functions == ["train_step"]
     assert ours.records() == theirs.records()
