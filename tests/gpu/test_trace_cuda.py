@@ -13,6 +13,7 @@ import torch
 from trace_views import assert_views_agree, nbytes
 
 from memlab_rs import LineProfiler, trace
+from memlab_rs._sources import cuda_history
 
 pytestmark = pytest.mark.cuda
 
@@ -20,7 +21,7 @@ MiB = 1 << 20
 
 
 def history_on() -> bool:
-    return bool(torch._C._cuda_isHistoryEnabled())
+    return cuda_history.history_enabled()  # (torch segfaults if asked before CUDA starts)
 
 
 @pytest.fixture(scope="module")

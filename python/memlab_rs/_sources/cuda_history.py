@@ -17,9 +17,13 @@ import torch
 
 
 def history_enabled() -> bool:
-    """Whether the allocator records history now (someone else may have turned it on)."""
+    """Whether the allocator records history now (someone else may have turned it on).
+    Never before CUDA is initialised: torch 2.11 segfaults asking then (and turning the
+    history on initialises CUDA, so it is off)."""
     probe = getattr(torch._C, "_cuda_isHistoryEnabled", None)
-    return bool(probe()) if probe is not None else False
+    if probe is None or not torch.cuda.is_initialized():
+        return False
+    return bool(probe())
 
 
 def ensure_initialised() -> None:
