@@ -380,12 +380,21 @@ def _softmax_branch(half_to_float: Any) -> Callable[..., Any]:
     return run
 
 
-def sdpa_backend(q: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> str:
+def sdpa_backend(
+    q: torch.Tensor, attn_mask: Any, enable_gqa: bool, k: Any = None, v: Any = None
+) -> str:
     """The kernel torch picks on an sm80+ GPU (sdp_utils.cpp: flash, then memory-efficient,
     then math) among those enabled (``torch.nn.attention.sdpa_kernel``,
     ``torch.backends.cuda.enable_flash_sdp``, ...): flash takes 16-bit inputs without a mask
     and head size <= 256, and grouped keys and values (``enable_gqa``) natively; the
-    memory-efficient kernel does not take grouped ones (math repeats them)."""
+    memory-efficient kernel does not take grouped ones (math repeats them). No fused kernel
+    takes a query, key, value or mask whose last dimension is strided
+    (``check_last_dim_stride_equals_1_dense``): T5's position bias is a permuted embedding,
+    so its self-attention runs the math kernel, which keeps the attention probabilities
+    (measured with ``torch._fused_sdp_choice`` on an H200, torch 2.11)."""
+    operands = [t for t in (q, k, v, attn_mask) if isinstance(t, torch.Tensor) and t.dim()]
+    if any(t.stride(-1) != 1 for t in operands):
+        return "math"
     head = q.shape[-1]
     flash = torch.backends.cuda.flash_sdp_enabled()
     efficient = torch.backends.cuda.mem_efficient_sdp_enabled()
@@ -407,7 +416,7 @@ def _sdpa(dispatch: CudaDispatch, op: Any, below: Any, args: tuple, kwargs: dict
     p = bound.get("dropout_p", 0.0)
     causal = bound.get("is_causal", False)
     scale = bound.get("scale")
-    backend = sdpa_backend(q, mask, bound.get("enable_gqa", False))
+    backend = sdpa_backend(q, mask, bound.get("enable_gqa", False), k, v)
     if backend == "flash":
         return _aten._scaled_dot_product_flash_attention.default(
             q, k, v, p, causal, False, scale=scale

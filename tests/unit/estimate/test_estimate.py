@@ -147,6 +147,13 @@ def test_sdpa_kernel_is_the_one_cuda_picks():
     assert _sdpa_backend(half, torch.empty(4, 4), False) == "efficient"
     assert _sdpa_backend(torch.empty(1, 1, 4, 64), None, False) == "efficient"
     assert _sdpa_backend(torch.empty(1, 1, 4, 63), None, False) == "math"
+    # A mask (or operand) strided in its last dimension goes to math, whatever else holds:
+    # T5's position bias, an embedding of shape (L, S, heads) permuted to (1, heads, L, S).
+    permuted = torch.empty(4, 4, 2).permute(2, 0, 1).unsqueeze(0)
+    assert _sdpa_backend(torch.empty(1, 2, 4, 64), permuted, False) == "math"
+    assert _sdpa_backend(torch.empty(1, 2, 4, 64), permuted.contiguous(), False) == "efficient"
+    strided = torch.empty(1, 2, 4, 128)[..., ::2]
+    assert _sdpa_backend(half, None, False, strided, strided) == "math"
     # Grouped keys and values (enable_gqa): flash takes them as they are; the memory-
     # efficient kernel does not, so 32-bit inputs go to math (which repeats them).
     assert _sdpa_backend(half, None, True) == "flash"
