@@ -511,6 +511,13 @@ class _FusedRmsNorm(torch.autograd.Function):
         return grad_x, None, grad_w
 
 
+def _fused_sgd(dispatch: CudaDispatch, op: Any, below: Any, args: tuple, kwargs: dict) -> Any:
+    """``_fused_sgd_``: CUDA's kernel updates the parameters and momentum buffers in place and
+    allocates nothing (``torch.optim.sgd._fused_sgd`` makes the first step's buffers in
+    Python, where fake tensors see them); meta has no kernel for it."""
+    return None
+
+
 def _accumulate(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -522,6 +529,11 @@ _BRANCHES: dict[Any, Callable[..., Any]] = {
     _aten.scaled_dot_product_attention.default: _sdpa,
     _aten.softmax.int: _softmax_branch(_aten._softmax.default),
     _aten.log_softmax.int: _softmax_branch(_aten._log_softmax.default),
+    **{
+        getattr(_aten._fused_sgd_, overload): _fused_sgd
+        for overload in ("default", "tensor_lr")
+        if hasattr(_aten, "_fused_sgd_") and hasattr(_aten._fused_sgd_, overload)
+    },
 }
 
 
@@ -577,15 +589,36 @@ def _as_cuda(owner: Any, name: str) -> Callable[..., Any]:
     return wrapper
 
 
+def _fused_devices(owner: Any, name: str) -> Callable[..., Any]:
+    """The devices with fused optimizer kernels, "meta" among them in this thread: a fused
+    optimizer (``fused=True``) checks its parameters' device at its first step, and the
+    emulation's are meta; meta has the fused Adam and AdamW kernels' shapes, and fused SGD
+    is ``_fused_sgd`` above."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        devices = _original[(owner, name)](*args, **kwargs)
+        if getattr(_patched, "on", False) and "meta" not in devices:
+            devices = [*devices, "meta"]
+        return devices
+
+    return wrapper
+
+
 def _patches() -> list[tuple[Any, str, Any]]:
     cls = torch.amp.autocast_mode.autocast
-    return [
+    patches = [
         (cls, "__init__", _autocast_init),
         (cls, "__exit__", _autocast_exit),
         (torch.amp, "is_autocast_available", _as_cuda(torch.amp, "is_autocast_available")),
         (torch, "is_autocast_enabled", _as_cuda(torch, "is_autocast_enabled")),
         (torch, "get_autocast_dtype", _as_cuda(torch, "get_autocast_dtype")),
     ]
+    import torch.optim.optimizer as optimizer  # a submodule torch.optim does not bind
+
+    name = "_get_fused_kernels_supported_devices"
+    if hasattr(optimizer, name):  # looked up there by _device_dtype_check_for_fused
+        patches.append((optimizer, name, _fused_devices(optimizer, name)))
+    return patches
 
 
 def _patch_autocast(dispatch: CudaDispatch, undo: list[Callable[[], None]]) -> None:

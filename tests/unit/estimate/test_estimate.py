@@ -132,6 +132,31 @@ def test_cuda_defaults_to_foreach_optimizers_and_their_temporaries():
     assert foreach.optimizer_state == loop.optimizer_state == 2 * (4 << 20) + 2 * 4096
 
 
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_cuda_fused_adam_keeps_its_state_and_allocates_nothing_else(cls):
+    model = torch.nn.Linear(1024, 1024)
+    x = torch.zeros(8, 1024)
+    fused = estimate(model, x, optimizer=cls, optimizer_kwargs={"fused": True}, device="cuda")
+    # The two moments of the weight (4 MiB) and the bias (4 KiB), and a step count per
+    # parameter on the GPU (a 512-byte block each: fused steps keep it on the device); the
+    # kernel updates everything in place, so the phase rises by exactly that.
+    state = 2 * ((4 << 20) + 4096) + 2 * 512
+    assert fused.optimizer_state == state
+    assert fused.phase_peaks["optimizer 1"] == fused.phase_ends["backward 1"] + state
+    assert fused.phase_peaks["optimizer 2"] == fused.phase_ends["backward 2"]
+
+
+def test_cuda_fused_sgd_makes_its_momentum_buffers_and_nothing_else():
+    model = torch.nn.Linear(1024, 1024)
+    x = torch.zeros(8, 1024)
+    kwargs = {"lr": 0.1, "momentum": 0.9, "fused": True}
+    fused = estimate(model, x, optimizer=torch.optim.SGD, optimizer_kwargs=kwargs, device="cuda")
+    state = (4 << 20) + 4096  # one momentum buffer per parameter, made at the first step
+    assert fused.optimizer_state == state
+    assert fused.phase_peaks["optimizer 1"] == fused.phase_ends["backward 1"] + state
+    assert fused.phase_peaks["optimizer 2"] == fused.phase_ends["backward 2"]
+
+
 def test_cuda_counts_one_cublas_workspace_per_thread(monkeypatch):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:2")
     est = estimate(torch.nn.Linear(64, 64), torch.zeros(4, 64), device="cuda")
