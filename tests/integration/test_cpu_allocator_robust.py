@@ -7,8 +7,9 @@ absence of a crash. After every disable: tracking is off (``_core._cpu_mode()`` 
 libc10's GOT slots hold what they held before (``_core._cpu_hook_slots()``).
 
 Sizes are uint8 tensors, so a tensor of ``n`` elements is a storage of exactly ``n`` bytes.
-Set ``MEMLAB_RS_STRESS_EXITS`` to the number of interpreter exits to run (default 24: each
-is a full interpreter teardown with torch loaded, about 0.3-1 s of CPU).
+Set ``MEMLAB_RS_STRESS_EXITS`` to the number of interpreter exits to run (default 16 on each
+of the two CPythons that run this file: each is a full interpreter teardown with torch
+loaded, about 0.3-1 s of CPU).
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ def test_forks_from_a_worker_thread_while_another_thread_toggles_a_profiler():
 def test_interpreter_exit_with_threads_running_while_tracking(tmp_path):
     # Each child is a whole interpreter teardown with torch loaded, so the count is set by
     # MEMLAB_RS_STRESS_EXITS (1000 was run for the issue; see the module's docstring).
-    runs = int(os.environ.get("MEMLAB_RS_STRESS_EXITS", "24"))
+    runs = int(os.environ.get("MEMLAB_RS_STRESS_EXITS", "16"))
     proc = subprocess.run(
         [sys.executable, str(TESTS / "helpers" / "cpu_exit_children.py"), str(runs), str(tmp_path)],
         capture_output=True,
