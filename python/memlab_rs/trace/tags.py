@@ -326,8 +326,12 @@ class ModuleTagger:
         with _installed_lock:
             if _installed is not self:
                 return
-            _installed = None
+        # Unhooked before it stops counting as installed: an interrupt in between leaves
+        # it installed, and a second uninstall() finishes (removing a hook twice is fine).
         self._stop()
+        with _installed_lock:
+            if _installed is self:
+                _installed = None
 
     def __enter__(self) -> ModuleTagger:
         return self.install()
@@ -348,12 +352,11 @@ class ModuleTagger:
         self._state = _ThreadState()  # forget every thread's calls of an earlier install
         self._resolve_setters()
         self._active = True
+        # Each handle is kept in the statement that registers its hook: nothing can come
+        # between them (an interrupt would leave a hook no _stop() knows of).
+        always = {"always_call": True} if _forward_hook_always_call() else {}
         self._handles.append(register_module_forward_pre_hook(self._forward_pre))
-        if _forward_hook_always_call():
-            post = register_module_forward_hook(self._forward_post, always_call=True)
-        else:
-            post = register_module_forward_hook(self._forward_post)
-        self._handles.append(post)
+        self._handles.append(register_module_forward_hook(self._forward_post, **always))
         self._handles.append(register_optimizer_step_pre_hook(self._step_pre))
         self._handles.append(register_optimizer_step_post_hook(self._step_post))
 

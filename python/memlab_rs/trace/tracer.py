@@ -5,7 +5,7 @@ leaves nothing behind."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -100,6 +100,7 @@ class Tracer:
         self.result: TraceResult | None = None
         self._running = False
         self._we_enabled = False
+        self._cpu_ours = False
         self._start: dict[str, Any] = {}
         self._names: list[list[Any]] = []
         self._cwd: str | None = None
@@ -107,11 +108,16 @@ class Tracer:
 
     def start(self) -> Tracer:
         """Start recording. A start that fails (another tagger installed, an interrupt)
-        undoes what it did: no recording, history setting or hook of it stays behind."""
+        undoes what it did: no recording, history setting or hook of it stays behind.
+
+        A KeyboardInterrupt can land between any two statements here or in ``stop()``, so
+        whether a recording is this tracer's to turn off is settled before the call that
+        turns it on, and ``_turn_off()`` asks what is still on (safe to repeat)."""
         if self._running:
             raise RuntimeError("this Tracer is already recording; stop() it first")
-        undo: list[Callable[[], object]] = []
         self._cwd = cwd()  # what short paths are relative to, wherever the result is read
+        self._cpu_ours = False
+        self._running = True
         try:
             if self.cuda:
                 cuda_history.ensure_initialised()
@@ -119,22 +125,36 @@ class Tracer:
                 self._we_enabled = not cuda_history.history_enabled()
                 if self._we_enabled:
                     cuda_history.enable(self.max_entries)
-                    undo.append(cuda_history.disable)
                 self._start = cuda_history.start_layout()
             else:
                 self._names = start_names(self.model, self.device)
+                # A CPU trace already on is someone else's: the start refuses it, and it
+                # must be left running.
+                self._cpu_ours = not _core._cpu_trace_active()
                 _core._cpu_trace_start(self.max_entries)
-                undo.append(_core._cpu_trace_stop)
             if self.tag_modules:
                 self._start_tagger()  # a tagger that fails to install removes itself
         except BaseException:
-            self._tagger = None
-            self._we_enabled = False
-            for step in reversed(undo):
-                step()
+            self._turn_off()
             raise
-        self._running = True
         return self
+
+    def _turn_off(self) -> None:
+        """Turn off what ``start()`` turned on, however far it or ``stop()`` got."""
+        try:
+            if self._tagger is not None:
+                self._tagger.uninstall()
+                self._tagger = None
+        finally:
+            if self.cuda:
+                if self._we_enabled:
+                    cuda_history.disable()
+                    self._we_enabled = False
+            elif self._cpu_ours:
+                if _core._cpu_trace_active():
+                    _core._cpu_trace_stop()
+                self._cpu_ours = False
+            self._running = False
 
     def _start_tagger(self) -> None:
         from .tags import ModuleTagger  # module hooks: loaded only when asked for
@@ -145,24 +165,30 @@ class Tracer:
     def stop(self) -> TraceResult:
         if not self._running:
             raise RuntimeError("this Tracer is not recording; start() it first")
-        self._running = False
-        if self._tagger is not None:
-            self._tagger.uninstall()
-            self._tagger = None
-        if self.cuda:
-            try:
-                snapshot = cuda_history.snapshot()
-            finally:
-                if self._we_enabled:
-                    cuda_history.disable()
-            snapshot["memlab_rs"] = {
-                "version": 1,
-                "source": "cuda",
-                "device": self.device,
-                "start": self._start,
-            }
-        else:
-            snapshot = _core._cpu_trace_stop()
+        try:
+            if self._tagger is not None:
+                self._tagger.uninstall()
+                self._tagger = None
+            if self.cuda:
+                try:
+                    snapshot = cuda_history.snapshot()
+                finally:
+                    if self._we_enabled:
+                        cuda_history.disable()
+                        self._we_enabled = False
+                snapshot["memlab_rs"] = {
+                    "version": 1,
+                    "source": "cuda",
+                    "device": self.device,
+                    "start": self._start,
+                }
+            else:
+                snapshot = _core._cpu_trace_stop()
+                self._cpu_ours = False
+            self._running = False
+        except BaseException:
+            self._turn_off()
+            raise
         # What was alive at the start, by tensor: the module view's untraced:<name> rows.
         snapshot["memlab_rs"]["start"]["names"] = self._names
         snapshot["memlab_rs"]["cwd"] = self._cwd

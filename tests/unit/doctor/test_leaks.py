@@ -17,6 +17,7 @@ import time
 import pytest
 import torch
 from cpu_trace import assert_nothing_installed, no_trace_left  # noqa: F401  (autouse)
+from interrupt_at_line import InterruptAtLine, interrupt_at_each_line
 
 import memlab_rs
 from memlab_rs import LeakResult, _core
@@ -162,30 +163,9 @@ def test_a_keyboard_interrupt_inside_the_steps_leaves_nothing_installed():
     assert_nothing_installed()
 
 
-class InterruptAtLine:
-    """A trace function raising KeyboardInterrupt before the ``at``-th line the leak check's
-    own modules run: where a real Ctrl-C can land, between any two of their statements
-    (``at`` past the last line: no interrupt, and ``seen`` counts the lines)."""
-
-    MODULES = ("growth.py", "_leak_recording.py")
-
-    def __init__(self, at: int):
-        self.at = at
-        self.seen = 0
-        self.tracing: list[bool] = []  # whether the CPU trace was on before each line
-
-    def __call__(self, frame, event, arg):
-        if not frame.f_code.co_filename.endswith(self.MODULES):
-            return None
-        if event == "line":
-            self.seen += 1
-            if self.seen == self.at:
-                raise KeyboardInterrupt
-            self.tracing.append(_core._cpu_trace_active())
-        return self
-
-
 def test_an_interrupt_at_any_line_of_the_check_leaves_nothing_installed():
+    modules = ("growth.py", "_leak_recording.py")
+
     def run(tracer: InterruptAtLine) -> None:
         def step():
             KEPT.append(torch.empty(100, dtype=torch.uint8))
@@ -197,25 +177,8 @@ def test_an_interrupt_at_any_line_of_the_check_leaves_nothing_installed():
             sys.settrace(None)
             KEPT.clear()
 
-    counting = InterruptAtLine(at=0)
-    run(counting)
-    assert counting.seen > 50, counting.seen  # the check's lines were seen
-    on = counting.tracing
-    assert not on[0] and any(on) and not on[-1]
-    # Every line within 8 of where the trace goes on or off (the starts and stops, where
-    # an interrupt can split "turned on" from "known to be on"), and every 15th elsewhere:
-    # each try starts a trace, whose first walk of the heap costs ~40 ms late in a suite.
-    turns = [i for i in range(1, len(on)) if on[i] != on[i - 1]]
-    lines = [
-        at
-        for at in range(1, counting.seen + 1)
-        if at % 15 == 0 or any(abs(at - 1 - turn) <= 8 for turn in turns)
-    ]
-    assert len(turns) == 2 and len(lines) > 40, (turns, len(lines))
-    for at in lines:
-        with pytest.raises(KeyboardInterrupt):
-            run(InterruptAtLine(at))
-        assert_nothing_installed()
+    tried = interrupt_at_each_line(run, modules, _core._cpu_trace_active, assert_nothing_installed)
+    assert tried > 40
 
 
 def test_a_running_cpu_trace_is_named_and_left_running():
