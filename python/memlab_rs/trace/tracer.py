@@ -108,11 +108,10 @@ class Tracer:
 
     def start(self) -> Tracer:
         """Start recording. A start that fails (another tagger installed, an interrupt)
-        undoes what it did: no recording, history setting or hook of it stays behind.
-
-        A KeyboardInterrupt can land between any two statements here or in ``stop()``, so
-        whether a recording is this tracer's to turn off is settled before the call that
-        turns it on, and ``_turn_off()`` asks what is still on (safe to repeat)."""
+        undoes what it did: no recording, history setting or hook of it stays behind."""
+        # A KeyboardInterrupt can land between any two statements here or in stop(), so
+        # whether a recording is this tracer's to turn off is settled before the call that
+        # turns it on, and _turn_off() asks what is still on (safe to repeat).
         if self._running:
             raise RuntimeError("this Tracer is already recording; stop() it first")
         self._cwd = cwd()  # what short paths are relative to, wherever the result is read
