@@ -111,9 +111,8 @@ SELECTIONS = (
 def test_the_noxfiles_test_selections_name_files_that_exist():
     """noxfile.py runs some tests on fewer CPythons by path (INTERPRETER_SENSITIVE,
     INTERPRETER_NEUTRAL_UNIT, CONTRACT_ON_BOTH_ENDS, ONCE_ON_THIRD_NEWEST,
-    NEUTRAL_BUT_TORCH_SENSITIVE): a path that no
-    longer exists would quietly change what runs where (pytest ignores a missing --ignore),
-    so every one must name a test file or folder."""
+    NEUTRAL_BUT_TORCH_SENSITIVE): a path that no longer exists would quietly change what runs
+    where (pytest ignores a missing --ignore), so every one must name a test file or folder."""
     import ast
 
     tree = ast.parse((ROOT / "noxfile.py").read_text())

@@ -149,7 +149,7 @@ class LeakCheck:
                     continue
             self._running = True
         except BaseException:
-            self._stop_recordings()
+            self._turn_off()
             raise
         return self
 
@@ -164,8 +164,7 @@ class LeakCheck:
             for recording in self._recordings:
                 recording.mark()
         except BaseException:
-            self._stop_recordings()
-            self._running = False
+            self._turn_off()
             raise
         self._calls += 1
         if self.steps is not None and self._calls >= self.warmup + self.steps:
@@ -178,8 +177,7 @@ class LeakCheck:
             if self.result is not None:
                 return self.result
             raise RuntimeError("this leak check is not running; start() it first")
-        self._stop_recordings()
-        self._running = False
+        self._turn_off()
         measured = self._calls - self.warmup
         if measured < 2:
             raise RuntimeError(
@@ -223,9 +221,9 @@ class LeakCheck:
         if exc_type is None:
             self.stop()
         else:  # the loop raised: turn everything off, and let it propagate
-            self._abandon()
+            self._turn_off()
 
-    def _abandon(self) -> None:
+    def _turn_off(self) -> None:
         """Turn off whatever is on, however far start(), step() or stop() got (each
         recording's stop() is safe to repeat)."""
         self._stop_recordings()
@@ -290,6 +288,6 @@ def leaks(
             check.step()
     finally:
         if check.result is None:
-            check._abandon()
+            check._turn_off()
     assert check.result is not None
     return check.result

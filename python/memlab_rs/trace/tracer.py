@@ -141,19 +141,26 @@ class Tracer:
     def _turn_off(self) -> None:
         """Turn off what ``start()`` turned on, however far it or ``stop()`` got."""
         try:
-            if self._tagger is not None:
-                self._tagger.uninstall()
-                self._tagger = None
+            self._remove_tagger()
         finally:
             if self.cuda:
-                if self._we_enabled:
-                    cuda_history.disable()
-                    self._we_enabled = False
+                self._history_off()
             elif self._cpu_ours:
                 if _core._cpu_trace_active():
                     _core._cpu_trace_stop()
                 self._cpu_ours = False
             self._running = False
+
+    def _remove_tagger(self) -> None:
+        if self._tagger is not None:
+            self._tagger.uninstall()
+            self._tagger = None
+
+    def _history_off(self) -> None:
+        """Turn CUDA's history back off if this tracer turned it on."""
+        if self._we_enabled:
+            cuda_history.disable()
+            self._we_enabled = False
 
     def _start_tagger(self) -> None:
         from .tags import ModuleTagger  # module hooks: loaded only when asked for
@@ -165,16 +172,12 @@ class Tracer:
         if not self._running:
             raise RuntimeError("this Tracer is not recording; start() it first")
         try:
-            if self._tagger is not None:
-                self._tagger.uninstall()
-                self._tagger = None
+            self._remove_tagger()
             if self.cuda:
                 try:
                     snapshot = cuda_history.snapshot()
                 finally:
-                    if self._we_enabled:
-                        cuda_history.disable()
-                        self._we_enabled = False
+                    self._history_off()
                 snapshot["memlab_rs"] = {
                     "version": 1,
                     "source": "cuda",
