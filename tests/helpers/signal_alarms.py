@@ -6,18 +6,10 @@ many seconds and returns (handler calls that raised, exceptions the caller saw);
 is what the handler raises (``Alarm``, or ``KeyboardInterrupt`` as Ctrl-C). The handler
 raises only while the call's ``try`` is armed, so a timer that expires after the call
 (caught there too) is counted on both sides, and none leaks into the test itself.
-
-Earlier tests' garbage is collected first: CPython runs a pending handler in whatever Python
-code runs next, and when that is a finaliser or a weakref callback of that garbage, run by a
-collection that an allocation inside the call triggers, it reports the handler's exception
-as unraisable and drops it; no code under test could pass it on. (The tracker's test lost 1
-alarm of 12 once, late in the suite, and never alone (0 of 30 runs under load): consistent
-with this, not proven.)
 """
 
 from __future__ import annotations
 
-import gc
 import signal
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,7 +31,6 @@ def alarms_into(
             raised += 1
             raise raises(f"timed out (signal {signum})")
 
-    gc.collect()
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
         for delay in delays:
