@@ -140,3 +140,12 @@ fn code_of<'py>(callable: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
     }
     None
 }
+
+/// For the Python glue that takes a failed read for "unknown" (`except Exception`):
+/// whether `error` interrupts instead and must be re-raised (the same sorting as
+/// `Interruptible::item`).
+#[pyfunction]
+pub fn _interrupts(error: Bound<'_, pyo3::exceptions::PyBaseException>) -> bool {
+    let py = error.py();
+    Interruptible::new().interrupts(py, &PyErr::from_value(error.into_any()))
+}

@@ -35,6 +35,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Watch collections from now on: a walk must know whether one is running.
     gc_walk::collections::install(m.py(), gc_callback.into_any())?;
     m.add_function(wrap_pyfunction!(results::py::check_result_json, m)?)?;
+    m.add_function(wrap_pyfunction!(interrupts::_interrupts, m)?)?;
     use sources::cpu;
     m.add("_CPU_PROBE_BYTES", cpu::PROBE_BYTES)?;
     m.add_function(wrap_pyfunction!(cpu::py::_cpu_allocated, m)?)?;

@@ -22,6 +22,8 @@ import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._interrupts import reraise_interrupt
+
 #: The largest count the core takes (its counts are 64-bit); what is larger is an error,
 #: not an OverflowError.
 MAX_COUNT = 2**63 - 1
@@ -42,7 +44,8 @@ def shown(value: Any) -> str:
         return f"{sign}int of {value.bit_length()} bits"
     try:
         return _repr.repr(value)
-    except Exception:  # a broken __repr__ of the caller's object
+    except Exception as error:  # a broken __repr__ of the caller's object
+        reraise_interrupt(error)
         return f"<{type(value).__name__} object>"
 
 

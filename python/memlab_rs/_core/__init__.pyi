@@ -89,6 +89,10 @@ def tracked_tensors(
 ) -> tuple[list[Any], str, str | None]:
     """Every tensor the gc walk finds, the walk's strategy, and why it may be incomplete."""
 
+def _interrupts(error: BaseException) -> bool:
+    """Whether ``error``, caught where a failed read counts as unknown, interrupts instead
+    (KeyboardInterrupt, MemoryError, what a Python signal handler raised) and must go on."""
+
 def _instances_of(
     cls: type, held: Sequence[Any] = ..., resume: bool = ...
 ) -> tuple[list[Any], str, str | None]:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import _torch
+from .._interrupts import reraise_interrupt
 
 SEGMENTS_KEPT = 10_000
 TENSOR_ROWS = 50
@@ -165,7 +166,8 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
     try:
         s = t.untyped_storage()
         return (int(s.data_ptr()), int(s.nbytes()))
-    except Exception:  # a tensor without storage (meta, sparse, freed saved variable)
+    except Exception as error:  # a tensor without storage (meta, sparse, freed saved variable)
+        reraise_interrupt(error)
         return None
 
 
@@ -223,7 +225,8 @@ def autograd_saved(
                 continue
             try:
                 value = getattr(node, attr)
-            except Exception:  # freed after a backward, or not a tensor we can read
+            except Exception as error:  # freed after a backward, or not a tensor we can read
+                reraise_interrupt(error)
                 continue
             values = value if isinstance(value, (tuple, list)) else (value,)
             for v in values:
@@ -259,7 +262,8 @@ def _nvml_process_used(index: int) -> int | None:
                 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     if p.pid == os.getpid() and p.usedGpuMemory:
                         return int(p.usedGpuMemory)
-    except Exception:  # no pynvml, no NVML, another pid namespace: not known
+    except Exception as error:  # no pynvml, no NVML, another pid namespace: not known
+        reraise_interrupt(error)
         return None
     return None
 

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import torch
 
 from .. import _args, _torch, results
+from .._interrupts import reraise_interrupt
 from . import facts
 from .result import PostMortemResult
 
@@ -357,6 +358,7 @@ class OOMGuard:
         try:
             self._estimate_batch(found)
         except Exception as e:  # noqa: BLE001 - say why, keep the post-mortem
+            reraise_interrupt(e)
             found["notices"].append(
                 f"the batch that fits could not be estimated: {type(e).__name__}: {e}"
             )

@@ -10,6 +10,8 @@ import socket
 import sys
 from typing import Any
 
+from .._interrupts import reraise_interrupt
+
 
 def rank_info() -> dict[str, int]:
     """This process's rank, world size and local rank: torch.distributed's when a process
@@ -27,8 +29,8 @@ def rank_info() -> dict[str, int]:
 
         if dist.is_available() and dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
-    except Exception:  # a broken or partial torch.distributed: the environment stands
-        pass
+    except Exception as error:  # a broken or partial torch.distributed: the environment stands
+        reraise_interrupt(error)
     return {"rank": rank, "world_size": world, "local_rank": local}
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from .. import _core, _torch
+from .._interrupts import reraise_interrupt
 
 
 def start_names(model: torch.nn.Module | None, device: str) -> list[list[Any]]:
@@ -41,13 +42,15 @@ def start_names(model: torch.nn.Module | None, device: str) -> list[list[Any]]:
     for prefix, root in roots:
         try:
             named.extend((t, prefix + name) for t, name in _torch.module_tensor_names(root))
-        except Exception:  # a module in a state its own methods cannot list: unnamed
+        except Exception as error:  # a module in a state its own methods cannot list: unnamed
+            reraise_interrupt(error)
             continue
     param_names = {id(t): name for t, name in named}
     for optimizer in _found(torch.optim.Optimizer, list):
         try:
             named.extend(_torch.optimizer_tensor_names(optimizer, param_names))
-        except Exception:
+        except Exception as error:
+            reraise_interrupt(error)
             continue
     by_address: dict[int, str] = {}
     for tensor, name in named:
@@ -73,7 +76,8 @@ def _address(tensor: Any, on_device: tuple[str, int | None]) -> int:
         if dev.type != on_device[0] or (on_device[1] is not None and dev.index != on_device[1]):
             return 0
         return int(tensor.untyped_storage().data_ptr())
-    except Exception:  # no storage of its own (a wrapper subclass), an uninitialised one
+    except Exception as error:  # no storage of its own (a wrapper subclass), an uninitialised one
+        reraise_interrupt(error)
         return 0
 
 
@@ -81,14 +85,16 @@ def _grad(tensor: torch.Tensor) -> Any:
     """``tensor.grad`` of a leaf (reading it on a non-leaf makes torch warn)."""
     try:
         return tensor.grad if tensor.is_leaf else None
-    except Exception:
+    except Exception as error:
+        reraise_interrupt(error)
         return None
 
 
 def _has_tensor(module: torch.nn.Module, on_device: tuple[str, int | None]) -> bool:
     try:
         return any(_address(t, on_device) for t, _ in _torch.module_tensor_names(module))
-    except Exception:
+    except Exception as error:
+        reraise_interrupt(error)
         return False
 
 
@@ -99,7 +105,8 @@ def _found(cls: type, keep: Any) -> list[Any]:
     try:
         found = _core._instances_of(cls)[0]
         return list(keep(found))
-    except Exception:
+    except Exception as error:
+        reraise_interrupt(error)
         return []
     finally:
         del found  # the walk's references to every instance go now
