@@ -24,7 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+
+from memlab_rs.estimation.checkpointing import enable_checkpointing as checkpoint_repeated_blocks
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16", "amp-fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -90,45 +91,11 @@ class Row:
 # -- checkpointing -------------------------------------------------------------------------
 
 
-class Checkpointed(nn.Module):
-    """Runs `block` under ``torch.utils.checkpoint`` (non-reentrant): what it saves for
-    backward is recomputed then instead."""
-
-    def __init__(self, block: nn.Module):
-        super().__init__()
-        self.block = block
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
-
-
-def checkpoint_blocks(module: nn.Module) -> int:
-    """Wrap the repeated blocks of `module` in ``Checkpointed``, in place: the children of a
-    container (``nn.Sequential``, ``nn.ModuleList``) of which at least two are of one class
-    and have children themselves (ResNet's bottlenecks, ViT's encoder layers, Swin's and
-    ConvNeXt's blocks); the innermost such containers only. Returns the blocks wrapped."""
-    wrapped = 0
-    for child in module.children():
-        wrapped += checkpoint_blocks(child)
-    if wrapped or not isinstance(module, (nn.Sequential, nn.ModuleList)):
-        return wrapped
-    counts: dict[type, int] = {}
-    for child in module.children():
-        if any(True for _ in child.children()):
-            counts[type(child)] = counts.get(type(child), 0) + 1
-    repeated = {cls for cls, n in counts.items() if n >= 2}
-    for name, child in list(module.named_children()):
-        if type(child) in repeated:
-            module._modules[name] = Checkpointed(child)
-            wrapped += 1
-    return wrapped
-
-
 def enable_checkpointing(model: nn.Module, workload: Workload) -> None:
-    if workload.hf:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    elif checkpoint_blocks(model) == 0:
-        raise ValueError(f"{workload.name}: no repeated blocks to checkpoint")
+    """The library's checkpointing of the repeated blocks (what ``estimate(...,
+    checkpointing=True)`` applies to its fake copy), on the real model."""
+    del workload  # every workload checkpoints its repeated blocks the same way
+    checkpoint_repeated_blocks(model)
 
 
 # -- torchvision -------------------------------------------------------------------------

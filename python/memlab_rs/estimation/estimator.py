@@ -38,6 +38,7 @@ from ._fake_step import (
 )
 from ._known_values import KnownValues, eager_libraries
 from ._optimizer import OptimizerSpec, check_instance, make_optimizer
+from .checkpointing import enable_checkpointing
 from .result import MemoryEstimate
 
 __all__ = ["FakeStepError", "estimate"]
@@ -62,6 +63,7 @@ def estimate(
     backward: bool = True,
     autocast: torch.dtype | None = None,
     grad_scaler: bool = False,
+    checkpointing: bool = False,
 ) -> MemoryEstimate:
     """Estimate the memory of one training step of `model` on `device`, allocating nothing.
 
@@ -80,6 +82,9 @@ def estimate(
       ``torch.autocast`` region of that dtype (mixed precision); `grad_scaler`: scale the
       loss with a ``torch.amp.GradScaler`` (``scaler.scale(loss).backward();
       scaler.step(opt); scaler.update()``). A GradScaler without autocast is modelled too.
+    - `checkpointing`: activation checkpointing of the model's repeated blocks, as
+      transformers' ``gradient_checkpointing_enable`` or ``torch.utils.checkpoint`` around
+      each block does it (``memlab_rs.estimation.checkpointing``), on the fake copy only.
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
@@ -96,11 +101,14 @@ def estimate(
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
     if not isinstance(backward, bool):
         raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
+    if not isinstance(checkpointing, bool):
+        raise TypeError(f"checkpointing must be True or False, got {_args.shown(checkpointing)}")
     _amp.check(autocast, grad_scaler, backward)
     target = _target(device)
     cuda = target.type == "cuda"
     notes: list[str] = []
-    step = (model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype)
+    step = (model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
+            checkpointing)  # fmt: skip
     # First as the real step runs (libraries hear the tensors are not fake); if the step
     # reads a value nobody knows here (one computed from the weights), again with the
     # libraries told the truth, taking the path they take under tracing.
@@ -141,7 +149,7 @@ def _unanswerable(error: Exception) -> FakeStepError:
 
 def _record(
     model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
-    target, backward, autocast, grad_scaler, notes,
+    checkpointing, target, backward, autocast, grad_scaler, notes,
 ):  # fmt: skip
     """The step on fake tensors, recorded: (book, amp, steps)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -153,6 +161,8 @@ def _record(
     known = KnownValues()
     book.phase_begin("setup")
     fmodel = fake_model(model, mode, run_on, dtype, known)
+    if checkpointing:
+        notes.append(f"activation checkpointing: {enable_checkpointing(fmodel)}")
     for t, category in apply_order(fmodel):
         book.see(t, category, category)
     inputs = fake_inputs(example_inputs, mode, run_on, dtype, known)
