@@ -32,7 +32,14 @@ if _typing.TYPE_CHECKING:
         oom_guard,
     )
     from .doctor.allocator_fragmentation import FragmentationResult, fragmentation
-    from .estimation import FakeStepError, MemoryEstimate, estimate, max_batch_size
+    from .estimation import (
+        FakeStepError,
+        MemoryEstimate,
+        MemoryPlan,
+        estimate,
+        max_batch_size,
+        plan,
+    )
     from .line_profiler import (
         DEFAULT_COLUMNS,
         LineProfiler,
@@ -70,6 +77,7 @@ __all__ = [
     "MergedTensorReport",
     "MemoryEstimate",
     "MemoryMonitor",
+    "MemoryPlan",
     "MemoryReport",
     "MonitorResult",
     "OOMGuard",
@@ -95,6 +103,7 @@ __all__ = [
     "merge_results",
     "oom_guard",
     "parse_size",
+    "plan",
     "profile",
     "profile_every",
     "readable_size",
@@ -108,7 +117,8 @@ _HOMES: dict[str, str] = {
         ["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"], ".courtesy"
     ),  # fmt: skip
     **dict.fromkeys(
-        ["FakeStepError", "MemoryEstimate", "estimate", "max_batch_size"], ".estimation"
+        ["FakeStepError", "MemoryEstimate", "MemoryPlan", "estimate", "max_batch_size", "plan"],
+        ".estimation",
     ),  # fmt: skip
     **dict.fromkeys(
         [

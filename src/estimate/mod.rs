@@ -6,6 +6,7 @@
 //! `_core.estimate`.
 
 pub mod allocator;
+pub mod plan;
 pub mod py;
 pub mod render;
 pub mod replay;

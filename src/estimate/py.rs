@@ -5,6 +5,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use super::plan::{analyse as plan_analyse, render as plan_text, result::Plan};
 use super::render::{html, text};
 use super::replay::{self, Recording};
 use super::result::Estimate;
@@ -21,6 +22,9 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay_recording, &m)?)?;
     m.add_function(wrap_pyfunction!(validate, &m)?)?;
     m.add_function(wrap_pyfunction!(render, &m)?)?;
+    m.add_function(wrap_pyfunction!(plan_complete, &m)?)?;
+    m.add_function(wrap_pyfunction!(plan_validate, &m)?)?;
+    m.add_function(wrap_pyfunction!(plan_render, &m)?)?;
     Ok(())
 }
 
@@ -59,6 +63,33 @@ fn render(data: &str, format: &str, view: &str) -> PyResult<String> {
         "html" => Ok(html::render(&estimate)),
         other => Err(PyValueError::new_err(format!(
             "format={other:?}: an estimate renders as text or html"
+        ))),
+    }
+}
+
+/// A what-if plan from its rows (JSON): the choice that saves the most found.
+#[pyfunction]
+fn plan_complete(rows: &str) -> PyResult<String> {
+    Ok(to_json(&plan_analyse::complete(Plan::from_json(rows)?)))
+}
+
+/// A plan's data as its derive reads it, with the rules between its fields (a ValueError
+/// naming the field that does not fit).
+#[pyfunction]
+fn plan_validate(data: &str) -> PyResult<String> {
+    Ok(to_json(&Plan::from_json(data)?))
+}
+
+/// The plan as `text` (its table) or `json`; it takes no view.
+#[pyfunction]
+fn plan_render(data: &str, format: &str, view: &str) -> PyResult<String> {
+    let plan = Plan::from_json(data)?;
+    no_view(view, "a plan")?;
+    match format {
+        "text" => Ok(plan_text::text(&plan)),
+        "json" => Ok(to_json(&plan)),
+        other => Err(PyValueError::new_err(format!(
+            "format={other:?}: a plan renders as text or json"
         ))),
     }
 }

@@ -56,6 +56,10 @@ def samples() -> dict[str, Any]:
     track = tracker.track()
     del held
     estimate = memlab_rs.estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")
+    # A plan with a row that could not be estimated (a Linear has no blocks to checkpoint).
+    plan = memlab_rs.plan(torch.nn.Linear(10, 10), lambda n: torch.zeros(n, 10), 2, "1MiB",
+                          device="cpu", sizes=[4], precisions=["bf16"], optimizers={},
+                          limit=8)  # fmt: skip
     leak_kept: list[torch.Tensor] = []
     leaks = memlab_rs.leaks(lambda: leak_kept.append(torch.zeros(64)), steps=3, device="cpu")
     leak_kept.clear()  # no tensor of it outlives samples()
@@ -97,6 +101,7 @@ def samples() -> dict[str, Any]:
         "monitor": monitor.result(),
         "tracker": track,
         "estimate": estimate,
+        "plan": plan,
         "test_memory": test_memory,
         "leaks": leaks,
         "merged_line_profile": memlab_rs.merge_results(profiles),

@@ -46,6 +46,7 @@ __all__ = [
     "_gc_callback",
     "_gc_watch_state",
     "_instances_of",
+    "_interrupts",
     "_set_cpu_glue",
     "check_result_json",
     "driver_available",
@@ -182,5 +183,3 @@ def check_result_json(text: bytes) -> None:
 
 # A measurement: (device, peak bytes, bytes at the call's start, limit bytes or None,
 # rows as (location, bytes, count), notices).
-
-

@@ -79,13 +79,32 @@ def max_batch_size(
         need = est.peak_reserved if measure == "reserved" else est.peak_allocated
         return need <= budget
 
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    if high > limit:
-        return low
+    return largest_fitting(fits, limit)
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int, start: int = 1) -> int:
+    """The largest n in 1..`limit` with ``fits(n)`` (0 if none), for a `fits` that holds
+    up to some n and not after: exponential search up from `start` (when it fits), else a
+    binary search below it.
+
+    >>> largest_fitting(lambda n: n <= 1000, 1 << 16, start=96)
+    1000
+    >>> largest_fitting(lambda n: n <= 5, 1 << 16, start=96), largest_fitting(lambda n: False, 8)
+    (5, 0)
+    """
+    start = min(max(start, 1), limit)
+    if fits(start):
+        low, high = start, start * 2
+        while high <= limit and fits(high):
+            low, high = high, high * 2
+        if high > limit:
+            if low < limit and fits(limit):
+                return limit
+            high = limit
+    else:
+        if start == 1 or not fits(1):
+            return 0
+        low, high = 1, start
     while high - low > 1:
         mid = (low + high) // 2
         if fits(mid):

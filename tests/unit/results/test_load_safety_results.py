@@ -40,7 +40,7 @@ from memlab_rs import results
 
 KINDS = sorted(["line_profile", "tensor_report", "trace", "monitor", "tracker", "estimate",
                 "test_memory", "merged_line_profile", "merged_tensor_report",
-                "fragmentation", "postmortem", "leaks"])  # fmt: skip
+                "fragmentation", "postmortem", "leaks", "plan"])  # fmt: skip
 FUZZ = settings(
     max_examples=int(150 * float(os.environ.get("MEMLAB_RS_FUZZ_SCALE", "1"))),
     deadline=None,
