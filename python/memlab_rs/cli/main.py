@@ -5,6 +5,7 @@
     memlab-rs show FILE [--format text|html|json|csv] [--columns ...] [--func ...]
     memlab-rs diff A B [--columns ...] [--format text|json|csv] [--fail-over SIZE]
     memlab-rs merge FILE ... [-o MERGED] [--format text|html|json|csv]
+    memlab-rs estimate MODULE:FACTORY [--size N] [--budget SIZE] [--device DEV] [...]
 
 This module parses arguments and dispatches; each command is a module of its own (``run``,
 ``show``, ``diff``, ``merge``: a ``command.Command``). Building the parser imports no
@@ -22,12 +23,19 @@ from collections.abc import Sequence
 
 from .command import USAGE_ERROR, Command, ReaderGone, error_status
 from .diff import DiffCommand
+from .estimate import EstimateCommand
 from .merge import MergeCommand
 from .run import RunCommand
 from .show import ShowCommand
 
 #: The commands, in the order ``memlab-rs --help`` lists them.
-COMMANDS: tuple[Command, ...] = (RunCommand(), ShowCommand(), DiffCommand(), MergeCommand())
+COMMANDS: tuple[Command, ...] = (
+    RunCommand(),
+    ShowCommand(),
+    DiffCommand(),
+    MergeCommand(),
+    EstimateCommand(),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,8 +72,9 @@ _DESCRIPTION = """\
 Where your PyTorch memory goes, from the command line.
 
 Run a script under the profilers and save what they found (run), render a saved result
-(show), compare two runs (diff), and combine the results of the ranks of a distributed job
-(merge). Results are JSON files that memlab_rs.load() also reads."""
+(show), compare two runs (diff), combine the results of the ranks of a distributed job
+(merge), and plan a training step's memory before training (estimate). Results are JSON
+files that memlab_rs.load() also reads."""
 
 _EXAMPLES = """\
 examples:
@@ -76,6 +85,7 @@ examples:
   memlab-rs diff before.json after.json --fail-over 16M
   torchrun --nproc-per-node 2 --no-python memlab-rs run --report train.py
   memlab-rs merge memlab_rs.train.*.rank*.tensor_report.json
+  memlab-rs estimate models.py:make_gpt --size 16 --budget 80GiB
 
 exit status: run gives the script's own; diff --fail-over gives 1 on a regression; an
 error (a missing script or file, an unknown column, a file that is not a result) is one

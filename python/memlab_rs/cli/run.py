@@ -43,9 +43,7 @@ class RunCommand(Command):
     usage_errors = (CliError,)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--line", metavar="FUNC", action="append", default=[], help=_LINE_HELP
-        )
+        parser.add_argument("--line", metavar="FUNC", action="append", default=[], help=_LINE_HELP)
         parser.add_argument(
             "--report",
             action="store_true",

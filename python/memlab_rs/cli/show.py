@@ -38,9 +38,7 @@ class ShowCommand(Command):
         kind = result.kind
         line_profile = kind in ("line_profile", "merged_line_profile")
         if not line_profile and (columns != _arguments.DEFAULT or args.func):
-            raise CliError(
-                f"--columns and --func apply to line profiles; {args.file} is a {kind}"
-            )
+            raise CliError(f"--columns and --func apply to line profiles; {args.file} is a {kind}")
         view: dict[str, Any] = {}
         if line_profile:
             view = {"func": args.func}

@@ -1,0 +1,83 @@
+"""`memlab-rs estimate MODULE:FACTORY`: the plan of the model the user's factory builds,
+the same table `memlab_rs.plan` renders for the same settings, saved for `show`; a factory
+that is missing or returns the wrong thing is one line of error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from cli_in_process import cli_in_process, one_line_error
+
+import memlab_rs
+from memlab_rs.cli.estimate import PRECISIONS as CLI_PRECISIONS
+from memlab_rs.estimation.what_if import PRECISIONS
+
+FACTORY = """
+import torch
+
+def make():
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(3)]
+    return {"model": torch.nn.Sequential(*blocks), "make_inputs": lambda n: torch.zeros(n, 64),
+            "size": 16}
+
+def pair():
+    return torch.nn.Linear(8, 8), lambda n: torch.zeros(n, 8)
+
+def wrong():
+    return 3
+"""
+
+
+def _blocks() -> torch.nn.Module:
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(3)]
+    return torch.nn.Sequential(*blocks)
+
+
+def test_the_table_is_the_plans_and_it_is_saved(tmp_path: Path):
+    (tmp_path / "workloads.py").write_text(FACTORY)
+    saved = tmp_path / "plan.json"
+    proc = cli_in_process(
+        "estimate", "workloads:make", "--device", "cpu", "--budget", "2MiB",
+        "--optimizers", "sgd-momentum", "--precisions", "bf16", "--save", str(saved),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected = memlab_rs.plan(
+        _blocks(), lambda n: torch.zeros(n, 64), 16, "2MiB", device="cpu",
+        precisions=["bf16"],
+        optimizers={"sgd-momentum": lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9)},
+    )  # fmt: skip
+    assert proc.stdout == expected.text()
+    assert memlab_rs.load(saved).text() == proc.stdout
+
+
+def test_a_file_path_and_a_pair_work_too(tmp_path: Path):
+    (tmp_path / "workloads.py").write_text(FACTORY)
+    proc = cli_in_process(
+        "estimate", "workloads.py:pair", "--device", "cpu", "--no-search", "--sizes",
+        "--precisions", "--optimizers", "--no-checkpointing-row", "--format", "json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert '"axis": "baseline"' in proc.stdout and '"size": 8' in proc.stdout
+
+
+def test_bad_factories_are_one_line(tmp_path: Path):
+    (tmp_path / "workloads.py").write_text(FACTORY)
+
+    def error(spec: str) -> str:
+        return one_line_error(cli_in_process("estimate", spec, "--device", "cpu", cwd=tmp_path),
+                              "estimate")  # fmt: skip
+
+    assert "give the factory as module:function" in error("workloads")
+    assert "no module named 'nowhere'" in error("nowhere:make")
+    assert "has no function 'missing'" in error("workloads:missing")
+    assert "must return (model, make_inputs)" in error("workloads:wrong")
+    assert "no such file" in error("gone.py:make")
+
+
+def test_the_precisions_offered_are_the_plans():
+    assert tuple(PRECISIONS) == CLI_PRECISIONS
