@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
+from . import _cuda_reduce
 from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
@@ -125,6 +126,19 @@ class Book:
         self.origins.append(f"{origin} ({self.phase})")
         self.events.append((ALLOC, ident, nbytes))
 
+    def transient(self, sizes: list[int], origin: str) -> None:
+        """Allocations a kernel makes and frees inside one op, which fake tensors do not
+        show (a reduction's staging buffer): allocated in order, freed in reverse."""
+        idents = []
+        for nbytes in sizes:
+            ident = len(self.categories)
+            self.categories.append(_CAT["temporary"])
+            self.origins.append(f"{origin} ({self.phase})")
+            self.events.append((ALLOC, ident, nbytes))
+            idents.append(ident)
+        for ident in reversed(idents):
+            self.events.append((FREE, ident, 0))
+
     def set_category(self, tensor: torch.Tensor, category: str) -> None:
         ident = self.storage_id(tensor) if isinstance(tensor, torch.Tensor) else None
         if ident is not None and _rank(category) < _rank(REPLAY_CATEGORIES[self.categories[ident]]):
@@ -168,9 +182,12 @@ class _Recorder(TorchDispatchMode):
         workspaces: dict[str, int] | None,
         below: Callable[[], Any] | None = None,
         known: KnownValues | None = None,
+        gpu_shape: tuple[int, int] | None = None,
     ):
         super().__init__()
         self.book = book
+        # (SMs, threads per SM) of the GPU modelled: the reductions' scratch depends on it.
+        self.gpu_shape = gpu_shape
         self.known = known
         self.workspaces = workspaces
         self.given: set[tuple[str, str]] = set()
@@ -202,6 +219,12 @@ class _Recorder(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.book.see(t, name)
+        if self.gpu_shape is not None and _cuda_reduce.is_reduction(name):
+            dims = args[1] if len(args) > 1 else kwargs.get("dim")
+            if isinstance(args[0], torch.Tensor) and kwargs.get("dtype") is None:
+                scratch = _cuda_reduce.reduction_scratch(args[0], dims, *self.gpu_shape)
+                if scratch:
+                    self.book.transient(scratch, f"{name} staging buffer")
         if self.workspaces is not None and name in _BLAS_OPS:
             # Forward and the optimizer run on the caller's thread, backward on the
             # autograd engine's device thread: one handle (and workspace) each. Every BLAS

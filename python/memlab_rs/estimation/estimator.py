@@ -22,7 +22,7 @@ import torch
 
 from .. import _args, _core, _torch, results
 from .._categories import CATEGORIES
-from . import _amp
+from . import _amp, _cuda_reduce
 from ._cuda_dispatch import CudaDispatch
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -133,8 +133,8 @@ def estimate(
         autocasts = "autocast, " if autocast is not None else ""
         notes.append(
             f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
-            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces; cuDNN workspaces "
-            "and kernels' internal scratch not counted"
+            "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces, sum and mean's "
+            "staging buffers; cuDNN workspaces and other kernels' internal scratch not counted"
         )
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")
@@ -183,7 +183,13 @@ def _record(
                 book.see(value, "optimizer_state", "optimizer_state")
     workspaces = _cublas_workspaces(target, notes) if cuda else None
     dispatch = CudaDispatch(book) if cuda else None
-    recorder = _Recorder(book, workspaces, dispatch.exclude_below if dispatch else None, known)
+    recorder = _Recorder(
+        book,
+        workspaces,
+        dispatch.exclude_below if dispatch else None,
+        known,
+        gpu_shape=_cuda_reduce.device_shape(target) if cuda else None,
+    )
     steps = 2 if opt is not None and backward else 1
     with mode:
         amp = _amp.Amp(autocast, grad_scaler, dispatch, run_on)

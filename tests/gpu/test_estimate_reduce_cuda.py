@@ -1,0 +1,59 @@
+"""The reduction kernel's staging buffer as the estimate models it
+(memlab_rs.estimation._cuda_reduce) against the device: for random shapes, layouts
+(permuted views) and reduced dimensions, the scratch a real ``sum``/``mean`` takes above
+its output (max_memory_allocated around the op) equals the model's, to the byte of the
+caching allocator's 512-byte blocks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from memlab_rs.estimation._cuda_reduce import device_shape, reduction_scratch
+
+pytestmark = pytest.mark.cuda
+
+
+def _blocks(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+def _cases(n: int):
+    rng = random.Random(24)
+    for _ in range(n):
+        ndim = rng.randint(1, 4)
+        shape = [rng.choice([1, 3, 16, 64, 128, 300, 1024, 2048, 4096]) for _ in range(ndim)]
+        while torch.Size(shape).numel() > 1 << 26:
+            shape[rng.randrange(ndim)] //= 4
+        dims = sorted(rng.sample(range(ndim), rng.randint(1, ndim)))
+        perm = list(range(ndim))
+        if rng.random() < 0.3:
+            rng.shuffle(perm)
+        dtype = rng.choice([torch.float32, torch.bfloat16, torch.float16])
+        op = rng.choice(["sum", "mean"])
+        yield shape, dims, perm, dtype, op
+
+
+def test_random_reductions_take_the_scratch_the_model_says():
+    shape_of_gpu = device_shape(torch.device("cuda:0"))
+    misses = []
+    checked = 0
+    for shape, dims, perm, dtype, op in _cases(300):
+        x = torch.randn(shape, device="cuda", dtype=dtype).permute(perm)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = getattr(x, op)(dims)
+        torch.cuda.synchronize()
+        scratch = (
+            torch.cuda.max_memory_allocated() - before - _blocks(out.untyped_storage().nbytes())
+        )
+        model = sum(_blocks(b) for b in reduction_scratch(x, dims, *shape_of_gpu))
+        checked += 1
+        if scratch != model:
+            misses.append((tuple(x.shape), x.stride(), dims, str(dtype), op, scratch, model))
+        del x, out
+    print(f"{checked} reductions, {len(misses)} differ")
+    assert not misses, misses[:10]
