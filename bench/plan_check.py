@@ -130,41 +130,44 @@ def _settings(row: dict[str, Any]) -> dict[str, Any]:
 def real_reserved(w: Workload, row: dict[str, Any], n: int, steps: int = 3) -> int | str:
     """max_memory_reserved() of `steps` real steps of the row's settings at size `n`, from
     an empty allocator ("OOM" if the GPU itself ran out)."""
+    _clean()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        _steps(w, row, n, steps)
+        peak: int | str = int(torch.cuda.max_memory_reserved())
+    except torch.OutOfMemoryError:
+        peak = "OOM"
+    _clean()  # the steps' frame, and with it every tensor of theirs, is gone
+    return peak
+
+
+def _steps(w: Workload, row: dict[str, Any], n: int, steps: int) -> None:
     settings = _settings(row)
     dtype, autocast = settings.get("dtype"), settings.get("autocast")
     model = w.build()
     inputs = w.make_inputs(n)
-    _clean()
-    torch.cuda.reset_peak_memory_stats()
-    try:
-        if dtype is not None:
-            model = model.to(dtype)
-        model = model.to("cuda")
-        if row["checkpointing"]:
-            enable_checkpointing(model)
-        inputs = _on_cuda(inputs, dtype)
-        opt = OPTIMIZERS[row["optimizer"]](model.parameters())
-        scaler = torch.amp.GradScaler("cuda") if settings.get("grad_scaler") else None
-        for _ in range(steps):
-            with torch.autocast("cuda", dtype=autocast, enabled=autocast is not None):
-                out = model(**inputs) if isinstance(inputs, dict) else model(inputs)
-                loss = out.loss if hasattr(out, "loss") else out.sum()
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-            del out, loss
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_reserved())
-    except torch.OutOfMemoryError:
-        return "OOM"
-    finally:
-        del model, inputs
-        _clean()
+    if dtype is not None:
+        model = model.to(dtype)
+    model = model.to("cuda")
+    if row["checkpointing"]:
+        enable_checkpointing(model)
+    inputs = _on_cuda(inputs, dtype)
+    opt = OPTIMIZERS[row["optimizer"]](model.parameters())
+    scaler = torch.amp.GradScaler("cuda") if settings.get("grad_scaler") else None
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=autocast, enabled=autocast is not None):
+            out = model(**inputs) if isinstance(inputs, dict) else model(inputs)
+            loss = out.loss if hasattr(out, "loss") else out.sum()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        del out, loss
+    torch.cuda.synchronize()
 
 
 def check(w: Workload, log: Callable[[str], None]) -> list[bool]:

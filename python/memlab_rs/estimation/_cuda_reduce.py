@@ -203,7 +203,7 @@ def _output_vec_size(
         while n % vec != 0:
             vec //= 2
 
-    update(tensor.storage_offset())
+    update(int(tensor.storage_offset()))
     update(shape[num_reduce])
     for j, stride in enumerate(in_strides):
         if j != num_reduce:
