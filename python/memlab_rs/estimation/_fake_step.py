@@ -210,7 +210,7 @@ class _Recorder(TorchDispatchMode):
                     self.book.see(t, f"{func} (indices of a boolean mask)")
                 self.known.made.clear()
             if out is NotImplemented:
-                out = func(*args, **kwargs)
+                out = _run_fake(func, args, kwargs)
                 if self.known is not None:
                     self.known.follow(func, args, kwargs, out)
             elif func._schema.is_mutable:  # answered in place (x[mask] = v): its value too
@@ -238,6 +238,23 @@ class _Recorder(TorchDispatchMode):
                     self.given.add((thread, kind))
                     self.book.synthetic(nbytes, f"{kind} workspace, {thread} thread")
         return out
+
+
+def _run_fake(func: Any, args: tuple, kwargs: dict) -> Any:
+    """`func` on fake tensors; an op whose fake (meta) kernel refuses what it was given is a
+    FakeStepError naming the op and saying why (torch's meta kernels are sometimes stricter
+    than its CUDA kernels: ``_grouped_mm``'s takes bf16 only in torch 2.11)."""
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError as error:
+        if isinstance(error, FakeStepError) or explain(error) is not None:
+            raise  # data-dependent, or no fake kernel at all: the estimator says so itself
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise FakeStepError(
+            f"the model cannot be estimated on fake tensors: op {func} refused its inputs "
+            f"there ({first}); if a real step runs it, its fake kernel is stricter than the "
+            "device's: estimate in a dtype or layout that kernel takes"
+        ) from error
 
 
 def fake_model(

@@ -280,3 +280,31 @@ def test_plain_data_html_and_golden_text():
     assert "<table" in est._repr_html_() and "TinyGPT" in est._repr_html_()
     expected = (FIXTURES / "tinygpt_cuda.txt").read_text()
     assert est.text() == expected
+
+
+def test_an_op_whose_fake_kernel_refuses_its_inputs_is_a_fake_step_error_naming_it():
+    """An op whose fake kernel is stricter than its device kernel (torch 2.11's
+    ``_grouped_mm`` takes bf16 only on meta, any float on CUDA): the row says why."""
+    lib = torch.library.Library("memlab_estimate_test", "DEF")  # noqa: TOR901
+    try:
+        lib.define("strict(Tensor x) -> Tensor")
+        lib.impl("strict", lambda x: x * 2, "CompositeExplicitAutograd")
+
+        @torch.library.register_fake("memlab_estimate_test::strict", lib=lib)
+        def _(x):
+            if x.dtype != torch.bfloat16:
+                raise RuntimeError(f"Expected inputs of BF16 type but got {x.dtype}")
+            return torch.empty_like(x)
+
+        class Strict(torch.nn.Module):
+            def forward(self, x):
+                return torch.ops.memlab_estimate_test.strict(x)
+
+        with pytest.raises(FakeStepError, match="memlab_estimate_test.strict.default refused") as e:
+            estimate(Strict(), torch.zeros(4, 4), device="cpu", backward=False)
+        assert "Expected inputs of BF16 type but got torch.float32" in str(e.value)
+        est = estimate(Strict(), torch.zeros(4, 4), device="cpu", dtype=torch.bfloat16,
+                       backward=False)  # fmt: skip
+        assert est.peak_allocated > 0
+    finally:
+        lib._destroy()
