@@ -54,9 +54,7 @@ def reduction_scratch(
         return []
     reduced = {d % ndim for d in dims} if dims else set(range(ndim))
     elem = tensor.element_size()
-    acc = 8 if tensor.dtype in (torch.float64, torch.int64, torch.complex64) else 4
-    if tensor.dtype.is_complex:
-        acc = 2 * tensor.element_size()  # complex accumulators of the input's precision
+    acc = _accumulator_bytes(tensor.dtype)
     in_strides = [s * elem for s in tensor.stride()]
     out_strides = _output_strides(shape, reduced, elem)
     order = _reorder(shape, in_strides, out_strides)
@@ -118,6 +116,16 @@ def reduction_scratch(
     return [buffer, 4 * grid]
 
 
+def _accumulator_bytes(dtype: torch.dtype) -> int:
+    """sizeof(at::acc_type<scalar_t, true>): float for 16- and 32-bit floats, double for
+    float64, the complex of the input's precision, int64 for integers and bool."""
+    if dtype.is_complex:
+        return 8 if dtype == torch.complex64 else 16
+    if dtype.is_floating_point:
+        return 8 if dtype == torch.float64 else 4
+    return 8
+
+
 def _output_strides(shape: list[int], reduced: set[int], elem: int) -> list[int]:
     """The keepdim output's byte strides, 0 on the reduced dimensions (review_reduce_result),
     over a contiguous output of the input's element size (the iterator's strides are only
@@ -175,8 +183,10 @@ def _coalesce(
         return shape, ins, outs
     prev = 0
     for dim in range(1, len(shape)):
-        mergeable = shape[prev] == 1 or shape[dim] == 1 or all(
-            shape[prev] * strides[prev] == strides[dim] for strides in (ins, outs)
+        mergeable = (
+            shape[prev] == 1
+            or shape[dim] == 1
+            or all(shape[prev] * strides[prev] == strides[dim] for strides in (ins, outs))
         )
         if mergeable:
             if shape[prev] == 1:

@@ -129,7 +129,7 @@ def plan(
     target = _target(device)
     tried_sizes = _sizes(size, sizes)
     tried_precisions = _precisions(precision, precisions)
-    tried_optimizers = _optimizers(optimizers, target)
+    tried_optimizers = _optimizers(optimizers)
     budget_bytes, budget_source = _budget(budget, target)
     notes: list[str] = []
     if budget_bytes is None:
@@ -261,9 +261,7 @@ def _precisions(base: str, precisions: Sequence[str] | None) -> list[str]:
     return [p for p in dict.fromkeys(names) if p != base]
 
 
-def _optimizers(
-    optimizers: Mapping[str, OptimizerSpec] | None, target: torch.device
-) -> dict[str, Any]:
+def _optimizers(optimizers: Mapping[str, OptimizerSpec] | None) -> dict[str, Any]:
     if optimizers is None:
         return dict(DEFAULT_OPTIMIZERS)
     if not isinstance(optimizers, Mapping):
@@ -281,7 +279,6 @@ def _optimizers(
                 f"optimizers[{name!r}] must be an optimizer class or a factory taking the "
                 "parameters (an instance is bound to one set of parameters: give its class)"
             )
-    del target
     return dict(optimizers)
 
 
