@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
-from . import _cuda_reduce
+from . import _cuda_blas, _cuda_reduce
 from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
@@ -225,6 +225,10 @@ class _Recorder(TorchDispatchMode):
                 scratch = _cuda_reduce.reduction_scratch(args[0], dims, *self.gpu_shape)
                 if scratch:
                     self.book.transient(scratch, f"{name} staging buffer")
+        if self.gpu_shape is not None:
+            copies = _cuda_blas.operand_copies(name, args)
+            if copies:
+                self.book.transient(copies, f"{name} operand copied for cuBLAS")
         if self.workspaces is not None and name in _BLAS_OPS:
             # Forward and the optimizer run on the caller's thread, backward on the
             # autograd engine's device thread: one handle (and workspace) each. Every BLAS
