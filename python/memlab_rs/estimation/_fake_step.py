@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
-from . import _cuda_blas, _cuda_reduce
+from . import _cuda_blas, _cuda_reduce, _cuda_softmax
 from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
@@ -229,6 +229,9 @@ class _Recorder(TorchDispatchMode):
             copies = _cuda_blas.operand_copies(name, args)
             if copies:
                 self.book.transient(copies, f"{name} operand copied for cuBLAS")
+            buffer = _cuda_softmax.softmax_backward_scratch(name, args)
+            if buffer:
+                self.book.transient(buffer, f"{name} buffer")
         if self.workspaces is not None and name in _BLAS_OPS:
             # Forward and the optimizer run on the caller's thread, backward on the
             # autograd engine's device thread: one handle (and workspace) each. Every BLAS

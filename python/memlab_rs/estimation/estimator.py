@@ -134,8 +134,8 @@ def estimate(
         notes.append(
             f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
             "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces, sum and mean's "
-            "staging buffers, cuBLAS's copies of operands it cannot read; cuDNN workspaces "
-            "and other kernels' internal scratch not counted"
+            "staging buffers, cuBLAS's copies of operands it cannot read, softmax backward's "
+            "buffer; cuDNN workspaces and other kernels' internal scratch not counted"
         )
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")

@@ -85,3 +85,14 @@ def test_the_estimate_of_a_tinygpt_step_is_the_h200s_to_the_mib():
                    optimizer_kwargs={"lr": 1e-3}, device="cuda:0")  # fmt: skip
     assert (est.step_peaks[1] >> 20, est.step_peaks[2] >> 20) == (1905, 1932)
     assert est.peak_reserved >> 20 == 2186
+
+
+def test_softmax_backward_takes_a_buffer_of_the_gradients_size_and_log_softmax_none():
+    from memlab_rs.estimation._cuda_softmax import softmax_backward_scratch
+
+    grad = torch.empty(160, 4, 128, 128, device="meta")
+    name = "aten._softmax_backward_data.default"
+    assert softmax_backward_scratch(name, (grad, grad, -1, torch.float32)) == [40 * MIB]
+    half = grad.to(torch.bfloat16)
+    assert softmax_backward_scratch(name, (half, half, -1, torch.bfloat16)) == [20 * MIB]
+    assert softmax_backward_scratch("aten._log_softmax_backward_data.default", (grad,)) == []
