@@ -31,8 +31,7 @@ _spec.loader.exec_module(bench)
             marks=pytest.mark.xfail(
                 strict=True,
                 reason="H200, torch 2.11: 4 of 5 rows pass; at the autocast bf16 row's answer "
-                "the real step reserves 64 MiB more than estimated (kernels' scratch the "
-                "estimate does not model: mm and softmax backward take some in TinyGPT)",
+                "the real step reserves 62 MiB more than estimated (not yet explained)",
             ),
         ),
     ],
