@@ -3,7 +3,7 @@ estimate models it: the staging buffer of the reduction kernel (Reduce.cuh's
 setReduceConfig) and the contiguous copy cuBLAS needs of an operand it cannot read
 (Blas.cpp's prepare_matrix_for_cublas). The bytes are those measured on an H200 (132 SMs,
 2048 threads each) around one op each (bench/zoo_hidden.py's probe), and whole steps'
-peaks measured there; the GPU test (tests/gpu/test_estimate_reduce_cuda.py) compares many
+peaks measured there; the GPU test (tests/gpu/test_estimate_scratch_cuda.py) compares many
 random shapes with the device."""
 
 from __future__ import annotations
