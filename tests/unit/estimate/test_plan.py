@@ -8,10 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 from cpu_step_rises import cpu_step_rises
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memlab_rs
 from memlab_rs import estimate, plan
 from memlab_rs._sources import cpu_source as _cpu_source
+from memlab_rs.estimation.search import largest_fitting
 from memlab_rs.estimation.what_if import DEFAULT_OPTIMIZERS, PRECISIONS
 
 WIDTH = 128
@@ -165,3 +168,23 @@ def test_a_cuda_plan_without_a_gpu_or_budget_says_so():
              sizes=[], precisions=[], optimizers={}, try_checkpointing=False)  # fmt: skip
     assert p.budget is None and p.baseline["largest_size"] is None
     assert "no budget: pass budget=<bytes>" in p.text()
+
+
+@given(
+    threshold=st.integers(min_value=0, max_value=5000),
+    start=st.integers(min_value=1, max_value=5000),
+    limit=st.integers(min_value=1, max_value=4096),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_search_finds_the_largest_size_that_fits_from_any_start(threshold, start, limit):
+    """Whatever the baseline's size (the search's start) and the limit, the answer is the
+    largest size within the limit that fits, found in about 2 log2(answer) estimates."""
+    calls = []
+
+    def fits(n: int) -> bool:
+        calls.append(n)
+        return n <= threshold
+
+    assert largest_fitting(fits, limit, start=start) == min(threshold, limit)
+    assert all(1 <= n <= limit for n in calls)
+    assert len(calls) <= 2 * (max(threshold, start, limit).bit_length() + 2)
