@@ -34,7 +34,9 @@ log = logging.getLogger("memlab_rs.courtesy")
 
 def _movable(tensor: torch.Tensor) -> str | None:
     """Why ``tensor`` cannot be re-pointed, or None if it can."""
-    if not (type(tensor) is torch.Tensor or isinstance(tensor, torch.nn.Parameter)):
+    # A Parameter's class, or a plain tensor: isinstance(t, Parameter) also holds for a
+    # subclass instance made a parameter (a FakeTensor in a fake model), which is not ours.
+    if not (type(tensor) is torch.Tensor or issubclass(type(tensor), torch.nn.Parameter)):
         return f"a {type(tensor).__name__} (tensor subclass)"
     if tensor.layout != torch.strided:
         return f"a {tensor.layout} tensor"
@@ -128,7 +130,9 @@ class Courtesy:
         return dev
 
     def _wanted(self, device: torch.device) -> bool:
-        if device.type == "cpu" and not self._allow_cpu:
+        # CUDA memory only (CPU in the tests' mode): a meta tensor (a model built on the
+        # meta device, a fake tensor's storage) has no bytes to move.
+        if device.type != "cuda" and not (device.type == "cpu" and self._allow_cpu):
             return False
         return self._devices is None or device in self._devices
 

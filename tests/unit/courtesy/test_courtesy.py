@@ -331,3 +331,24 @@ def test_reports_print_their_fields():
         "Courtesy: restored 2 storages, 2.00M, in 1.2 ms (1.7 GB/s); 1 still on the host"
     )
     assert str(RestoreReport()) == "Courtesy: nothing to restore"
+
+
+def test_meta_tensors_and_fake_parameters_are_left_where_they_are():
+    """A model built on the meta device, or a fake copy of one (memlab_rs.estimate makes
+    them; so does torch.compile), has no bytes to move: the yield leaves them alone instead
+    of failing to copy out of meta storage (it did, whenever one was alive)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with torch.device("meta"):
+        meta_model = torch.nn.Linear(64, 64)
+    with FakeTensorMode():
+        fake = torch.nn.Parameter(torch.empty(8, 8, device="meta"))
+    report = Courtesy().yield_memory()
+    assert report.moved_storages == 0
+    assert str(report) == "Courtesy: no CUDA tensors to move"
+    # With CPU storages taken as the device's (the tests' mode), still only CPU ones move.
+    cpu = torch.ones(16)
+    courtesy = Courtesy(_allow_cpu=True, _only=[meta_model.weight, fake, cpu])
+    assert courtesy.yield_memory().moved_storages == 1
+    courtesy.restore()
+    assert torch.equal(cpu, torch.ones(16)) and meta_model.weight.is_meta
