@@ -37,7 +37,8 @@ def max_batch_size(
     size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
     device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
     (the modelled segments, what must fit) or ``"allocated"``. `autocast` and
-    `grad_scaler` are ``estimate``'s. Exponential search from 1, then binary search.
+    `grad_scaler` are ``estimate``'s. Exponential search from 1, then an interpolation
+    search (``largest_within``).
 
     >>> import torch
     >>> from memlab_rs import max_batch_size
@@ -63,7 +64,7 @@ def max_batch_size(
             )
         budget = torch.cuda.mem_get_info(target)[0]
 
-    def fits(batch: int) -> bool:
+    def need(batch: int) -> int:
         est = estimate(
             model,
             make_inputs(batch),
@@ -76,10 +77,9 @@ def max_batch_size(
             autocast=autocast,
             grad_scaler=grad_scaler,
         )
-        need = est.peak_reserved if measure == "reserved" else est.peak_allocated
-        return need <= budget
+        return est.peak_reserved if measure == "reserved" else est.peak_allocated
 
-    return largest_fitting(fits, limit)
+    return largest_within(need, budget, limit)
 
 
 def largest_fitting(fits: Callable[[int], bool], limit: int, start: int = 1) -> int:
@@ -111,4 +111,69 @@ def largest_fitting(fits: Callable[[int], bool], limit: int, start: int = 1) -> 
             low = mid
         else:
             high = mid
+    return low
+
+
+def _extrapolated(at: Callable[[int], int], a: int, b: int, budget: int) -> int:
+    """A size a little past where the line through (a, at(a)) and (b, at(b)) meets the
+    budget: most likely the first that does not fit (0 when the line does not rise)."""
+    rise = at(b) - at(a)
+    if rise <= 0:
+        return 0
+    crossing = b + (budget - at(b)) * (b - a) // rise
+    return crossing + crossing // 16 + 1
+
+
+def largest_within(need: Callable[[int], int], budget: int, limit: int, start: int = 1) -> int:
+    """The largest n in 1..`limit` with ``need(n) <= budget`` (0 if none), for a `need`
+    that does not fall as n grows (a step's peak against its batch size).
+
+    It brackets the answer from `start`: up by doubling, or further where the line through
+    the last two sizes reaches the budget (a little past it), or down to 1; then it
+    interpolates between the bracket's ends. A peak grows about linearly with the batch,
+    so the guesses land on or next to the answer and a few estimates find it where
+    doubling and bisection take about 2 log2 of it. A guess that does not
+    halve the bracket is followed by a bisection, so a bend in `need` costs at most twice
+    bisection's count.
+
+    >>> largest_within(lambda n: 1000 + 37 * n, 1_000_000, 1 << 16, start=8)
+    27000
+    >>> largest_within(lambda n: 10 * n, 5, 100), largest_within(lambda n: n, 100, 64)
+    (0, 64)
+    """
+    start = min(max(start, 1), limit)
+    seen: dict[int, int] = {}
+
+    def at(n: int) -> int:
+        if n not in seen:
+            seen[n] = need(n)
+        return seen[n]
+
+    if at(start) <= budget:
+        previous, low, high = None, start, start * 2
+        while high <= limit and at(high) <= budget:
+            previous, low = low, high
+            high = max(low * 2, _extrapolated(at, previous, low, budget))
+        if high > limit:
+            if low == limit or at(limit) <= budget:
+                return limit
+            high = limit
+    else:
+        if start == 1 or at(1) > budget:
+            return 0
+        low, high = 1, start
+    bisect_next = False
+    while high - low > 1:
+        if bisect_next:
+            guess = (low + high) // 2
+        else:
+            rise = at(high) - at(low)
+            step = (budget - at(low)) * (high - low) // rise if rise > 0 else (high - low) // 2
+            guess = min(max(low + step, low + 1), high - 1)
+        width = high - low
+        if at(guess) <= budget:
+            low = guess
+        else:
+            high = guess
+        bisect_next = not bisect_next and (high - low) * 2 > width
     return low

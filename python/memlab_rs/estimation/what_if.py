@@ -22,7 +22,7 @@ from ._fake_step import FakeStepError
 from ._optimizer import OptimizerSpec
 from .estimator import _check_step, _target, estimate
 from .plan_result import MemoryPlan
-from .search import largest_fitting
+from .search import largest_within
 
 __all__ = ["DEFAULT_OPTIMIZERS", "PRECISIONS", "plan"]
 
@@ -193,11 +193,11 @@ def plan(
             row["peak_allocated"], row["peak_reserved"] = found
             if search and budget_bytes is not None:
 
-                def fits(n: int, settings: _Settings = settings) -> bool:
+                def need(n: int, settings: _Settings = settings, budget: int = budget_bytes) -> int:
                     at = peak(dataclasses.replace(settings, size=n))
-                    return not isinstance(at, str) and at[1] <= budget_bytes
+                    return budget + 1 if isinstance(at, str) else at[1]  # no estimate: no fit
 
-                row["largest_size"] = largest_fitting(fits, limit, start=settings.size)
+                row["largest_size"] = largest_within(need, budget_bytes, limit, start=settings.size)
         rows.append(row)
     if target.type == "cuda":
         notes.append(

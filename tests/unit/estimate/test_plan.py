@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import memlab_rs
 from memlab_rs import estimate, plan
 from memlab_rs._sources import cpu_source as _cpu_source
-from memlab_rs.estimation.search import largest_fitting
+from memlab_rs.estimation.search import largest_fitting, largest_within
 from memlab_rs.estimation.what_if import DEFAULT_OPTIMIZERS, PRECISIONS
 
 WIDTH = 128
@@ -188,3 +188,42 @@ def test_the_search_finds_the_largest_size_that_fits_from_any_start(threshold, s
     assert largest_fitting(fits, limit, start=start) == min(threshold, limit)
     assert all(1 <= n <= limit for n in calls)
     assert len(calls) <= 2 * (max(threshold, start, limit).bit_length() + 2)
+
+
+@given(
+    base=st.integers(min_value=0, max_value=10**9),
+    slope=st.integers(min_value=1, max_value=10**7),
+    curve=st.integers(min_value=0, max_value=10**4),
+    block=st.sampled_from([1, 512, 2 << 20]),
+    budget=st.integers(min_value=0, max_value=10**11),
+    start=st.integers(min_value=1, max_value=4096),
+    limit=st.integers(min_value=1, max_value=1 << 16),
+)
+@settings(max_examples=400, deadline=None)
+def test_the_interpolation_search_finds_what_brute_force_finds(
+    base, slope, curve, block, budget, start, limit
+):
+    """Peaks that grow with the batch as steps' do (a base, a slope, some curvature, the
+    allocator's rounding): the largest size within the budget, as a bisection of the same
+    closed form finds it independently, in no more distinct estimates than bisection's
+    bound."""
+    calls = []
+
+    def need(n: int) -> int:
+        calls.append(n)
+        raw = base + slope * n + curve * n * n
+        return -(-raw // block) * block
+
+    def brute() -> int:
+        best = 0
+        low, high = 1, limit
+        while low <= high:  # need is non-decreasing: bisect the closed form
+            mid = (low + high) // 2
+            if -(-(base + slope * mid + curve * mid * mid) // block) * block <= budget:
+                best, low = mid, mid + 1
+            else:
+                high = mid - 1
+        return best
+
+    assert largest_within(need, budget, limit, start=start) == brute()
+    assert len(set(calls)) <= 2 * (max(start, limit).bit_length() + 2)
