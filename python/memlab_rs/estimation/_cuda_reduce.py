@@ -28,8 +28,16 @@ _WARP = 32
 _H100 = (132, 2048)  # multiProcessorCount, maxThreadsPerMultiProcessor
 
 
-def is_reduction(name: str) -> bool:
-    return name in _REDUCTIONS
+def staging(name: str, args: tuple, kwargs: dict, sms: int, threads_per_sm: int) -> list[int]:
+    """The bytes the CUDA kernel of op `name` called with `args`/`kwargs` allocates inside
+    the op: ``reduction_scratch`` for the reductions modelled, [] for any other op (and for
+    one given ``dtype=``, whose cast input is not modelled)."""
+    if name not in _REDUCTIONS or kwargs.get("dtype") is not None:
+        return []
+    if not args or not isinstance(args[0], torch.Tensor):
+        return []
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    return reduction_scratch(args[0], dims, sms, threads_per_sm)
 
 
 def device_shape(device: torch.device | None) -> tuple[int, int]:

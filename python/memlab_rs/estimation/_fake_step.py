@@ -219,19 +219,9 @@ class _Recorder(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.book.see(t, name)
-        if self.gpu_shape is not None and _cuda_reduce.is_reduction(name):
-            dims = args[1] if len(args) > 1 else kwargs.get("dim")
-            if isinstance(args[0], torch.Tensor) and kwargs.get("dtype") is None:
-                scratch = _cuda_reduce.reduction_scratch(args[0], dims, *self.gpu_shape)
-                if scratch:
-                    self.book.transient(scratch, f"{name} staging buffer")
         if self.gpu_shape is not None:
-            copies = _cuda_blas.operand_copies(name, args)
-            if copies:
-                self.book.transient(copies, f"{name} operand copied for cuBLAS")
-            buffer = _cuda_softmax.softmax_backward_scratch(name, args)
-            if buffer:
-                self.book.transient(buffer, f"{name} buffer")
+            for sizes, what in _kernel_scratch(name, args, kwargs, self.gpu_shape):
+                self.book.transient(sizes, f"{name} {what}")
         if self.workspaces is not None and name in _BLAS_OPS:
             # Forward and the optimizer run on the caller's thread, backward on the
             # autograd engine's device thread: one handle (and workspace) each. Every BLAS
@@ -245,6 +235,21 @@ class _Recorder(TorchDispatchMode):
                     self.given.add((thread, kind))
                     self.book.synthetic(nbytes, f"{kind} workspace, {thread} thread")
         return out
+
+
+def _kernel_scratch(
+    name: str, args: tuple, kwargs: dict, gpu_shape: tuple[int, int]
+) -> list[tuple[list[int], str]]:
+    """What the CUDA kernel of op `name` allocates and frees inside the op, which its fake
+    kernel does not show: (bytes in allocation order, what they are), one entry per model
+    that applies (a reduction's staging buffer, cuBLAS's operand copies, softmax backward's
+    buffer)."""
+    found = [
+        (_cuda_reduce.staging(name, args, kwargs, *gpu_shape), "staging buffer"),
+        (_cuda_blas.operand_copies(name, args), "operand copied for cuBLAS"),
+        (_cuda_softmax.softmax_backward_scratch(name, args), "buffer"),
+    ]
+    return [(sizes, what) for sizes, what in found if sizes]
 
 
 def _run_fake(func: Any, args: tuple, kwargs: dict) -> Any:
