@@ -82,38 +82,6 @@ def max_batch_size(
     return largest_within(need, budget, limit)
 
 
-def largest_fitting(fits: Callable[[int], bool], limit: int, start: int = 1) -> int:
-    """The largest n in 1..`limit` with ``fits(n)`` (0 if none), for a `fits` that holds
-    up to some n and not after: exponential search up from `start` (when it fits), else a
-    binary search below it.
-
-    >>> largest_fitting(lambda n: n <= 1000, 1 << 16, start=96)
-    1000
-    >>> largest_fitting(lambda n: n <= 5, 1 << 16, start=96), largest_fitting(lambda n: False, 8)
-    (5, 0)
-    """
-    start = min(max(start, 1), limit)
-    if fits(start):
-        low, high = start, start * 2
-        while high <= limit and fits(high):
-            low, high = high, high * 2
-        if high > limit:
-            if low < limit and fits(limit):
-                return limit
-            high = limit
-    else:
-        if start == 1 or not fits(1):
-            return 0
-        low, high = 1, start
-    while high - low > 1:
-        mid = (low + high) // 2
-        if fits(mid):
-            low = mid
-        else:
-            high = mid
-    return low
-
-
 def _extrapolated(at: Callable[[int], int], a: int, b: int, budget: int) -> int:
     """A size a little past where the line through (a, at(a)) and (b, at(b)) meets the
     budget: most likely the first that does not fit (0 when the line does not rise)."""

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import memlab_rs
 from memlab_rs import estimate, plan
 from memlab_rs._sources import cpu_source as _cpu_source
-from memlab_rs.estimation.search import largest_fitting, largest_within
-from memlab_rs.estimation.what_if import DEFAULT_OPTIMIZERS, PRECISIONS
+from memlab_rs.estimation.search import largest_within
+from memlab_rs.estimation.what_if import DEFAULT_OPTIMIZERS, precision_settings
 
 WIDTH = 128
 
@@ -46,8 +46,7 @@ def test_each_row_is_the_estimate_of_its_settings(device):
         "optimizer",
     ]  # fmt: skip
     for row in p.rows:
-        name = row["precision"].removesuffix(" + GradScaler")
-        settings = PRECISIONS["as given" if name.startswith("as given") else name]
+        settings = precision_settings(row["precision"])
         spec = {"_sgd": _sgd}.get(row["optimizer"])
         if spec is None:
             spec = DEFAULT_OPTIMIZERS[row["optimizer"]]
@@ -181,11 +180,11 @@ def test_the_search_finds_the_largest_size_that_fits_from_any_start(threshold, s
     largest size within the limit that fits, found in about 2 log2(answer) estimates."""
     calls = []
 
-    def fits(n: int) -> bool:
+    def need(n: int) -> int:  # fits while n <= threshold
         calls.append(n)
-        return n <= threshold
+        return n
 
-    assert largest_fitting(fits, limit, start=start) == min(threshold, limit)
+    assert largest_within(need, threshold, limit, start=start) == min(threshold, limit)
     assert all(1 <= n <= limit for n in calls)
     assert len(calls) <= 2 * (max(threshold, start, limit).bit_length() + 2)
 
