@@ -33,7 +33,7 @@ from torch import nn
 
 import memlab_rs
 from memlab_rs.estimation.checkpointing import enable_checkpointing
-from memlab_rs.estimation.what_if import PRECISIONS
+from memlab_rs.estimation.what_if import precision_settings
 
 
 @dataclass
@@ -120,13 +120,6 @@ def _on_cuda(value: Any, dtype: torch.dtype | None) -> Any:
     return value.to("cuda")
 
 
-def _settings(row: dict[str, Any]) -> dict[str, Any]:
-    """The row's precision as ``estimate``'s arguments (its label is the PRECISIONS name,
-    "as given (dtype)", or "name + GradScaler")."""
-    label = row["precision"]
-    return PRECISIONS["as given" if label.startswith("as given") else label.split(" ")[0]]
-
-
 def real_reserved(w: Workload, row: dict[str, Any], n: int, steps: int = 3) -> int | str:
     """max_memory_reserved() of `steps` real steps of the row's settings at size `n`, from
     an empty allocator ("OOM" if the GPU itself ran out)."""
@@ -142,7 +135,7 @@ def real_reserved(w: Workload, row: dict[str, Any], n: int, steps: int = 3) -> i
 
 
 def _steps(w: Workload, row: dict[str, Any], n: int, steps: int) -> None:
-    settings = _settings(row)
+    settings = precision_settings(row["precision"])
     dtype, autocast = settings.get("dtype"), settings.get("autocast")
     model = w.build()
     inputs = w.make_inputs(n)
@@ -194,10 +187,11 @@ def check(w: Workload, log: Callable[[str], None]) -> list[bool]:
         if row["error"] is not None or not n:
             log(f"  {label:<44} no answer: {row['error'] or 'nothing fits'}")
             continue
+        settings = precision_settings(row["precision"])
         est = [
             memlab_rs.estimate(
                 model, w.make_inputs(k), optimizer=OPTIMIZERS[row["optimizer"]],
-                device="cuda:0", checkpointing=row["checkpointing"], **_settings(row),
+                device="cuda:0", checkpointing=row["checkpointing"], **settings,
             ).peak_reserved
             for k in (n, n + 1)
         ]  # fmt: skip

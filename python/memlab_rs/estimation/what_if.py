@@ -24,7 +24,7 @@ from .estimator import _check_step, _target, estimate
 from .plan_result import MemoryPlan
 from .search import largest_within
 
-__all__ = ["DEFAULT_OPTIMIZERS", "PRECISIONS", "plan"]
+__all__ = ["DEFAULT_OPTIMIZERS", "PRECISIONS", "plan", "precision_settings"]
 
 #: The precisions a plan takes, by name: ``estimate``'s ``dtype``, ``autocast`` and
 #: ``grad_scaler`` for each ("as given": the model's own dtype, no autocast).
@@ -232,6 +232,14 @@ def _precision_label(name: str, model: torch.nn.Module) -> str:
         return name + (" + GradScaler" if PRECISIONS[name].get("grad_scaler") else "")
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     return f"as given ({str(dtype).replace('torch.', '')})" if dtype is not None else name
+
+
+def precision_settings(label: str) -> dict[str, Any]:
+    """``estimate``'s ``dtype``/``autocast``/``grad_scaler`` for a plan row's precision as
+    the row shows it (``_precision_label``'s inverse: "as given (float32)", "bf16",
+    "amp-fp16 + GradScaler")."""
+    name = "as given" if label.startswith("as given") else label.removesuffix(" + GradScaler")
+    return PRECISIONS[name]
 
 
 def _sizes(size: int, sizes: Sequence[int] | None) -> list[int]:
