@@ -46,7 +46,25 @@ pub struct Estimate {
     /// Whether the loss was scaled by a GradScaler (absent from older files: no).
     #[serde(default)]
     pub grad_scaler: bool,
+    /// The ranks of data parallelism; the figures are one rank's (absent from files saved
+    /// before data parallelism was modelled: 1).
+    #[serde(default = "one")]
+    pub world_size: u64,
+    /// The data-parallel mode, "ddp" or "fsdp2" (absent from older files: none).
+    #[serde(default)]
+    pub parallel: Option<String>,
+    /// Bytes of the collectives' buffers at the peak: DDP's gradient buckets, FSDP2's
+    /// all-gather and reduce-scatter buffers (absent from older files: 0).
+    #[serde(default)]
+    pub collective_buffers: u64,
 }
+
+fn one() -> u64 {
+    1
+}
+
+/// The data-parallel modes an estimate models.
+pub const PARALLEL_MODES: [&str; 2] = ["ddp", "fsdp2"];
 
 impl Estimate {
     /// The rules the derive cannot state: step numbers as `step_peaks`' keys, a phase of
@@ -74,6 +92,27 @@ impl Estimate {
         }
         if !self.peak_by_category.contains_key("activation") {
             return Err(error("peak_by_category", "has no \"activation\"".into()));
+        }
+        if self.world_size == 0 {
+            return Err(error("world_size", "must be at least 1, got 0".into()));
+        }
+        match &self.parallel {
+            Some(mode) if !PARALLEL_MODES.contains(&mode.as_str()) => {
+                return Err(error(
+                    "parallel",
+                    format!("must be \"ddp\" or \"fsdp2\", got {mode:?}"),
+                ));
+            }
+            None if self.world_size > 1 => {
+                return Err(error(
+                    "parallel",
+                    format!(
+                        "is missing: world_size {} needs a data-parallel mode",
+                        self.world_size
+                    ),
+                ));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -105,10 +144,21 @@ impl Estimate {
         }
     }
 
+    /// Whose memory the figures are, under data parallelism: "rank 0 of 2 under FSDP2
+    /// (fully_shard per repeated block)".
+    pub fn parallelism(&self) -> Option<String> {
+        let mode = match self.parallel.as_deref()? {
+            "ddp" => "DDP",
+            "fsdp2" => "FSDP2 (fully_shard per repeated block)",
+            other => other,
+        };
+        Some(format!("rank 0 of {} under {mode}", self.world_size))
+    }
+
     /// The figures as the modelsize-style lines print them: (what, bytes, what follows).
     pub fn lines(&self) -> Vec<(&'static str, u64, String)> {
         let phase = self.peak_phase.split_whitespace().next().unwrap_or("");
-        vec![
+        let mut lines = vec![
             ("params", self.parameters, "M".into()),
             (
                 "intermedite variables",
@@ -133,7 +183,18 @@ impl Estimate {
                 format!("M (step {}, {phase})", self.peak_step),
             ),
             ("peak reserved", self.peak_reserved, "M (modelled)".into()),
-        ]
+        ];
+        if self.parallel.is_some() {
+            lines.insert(
+                lines.len() - 2,
+                (
+                    "collective buffers at the peak",
+                    self.collective_buffers,
+                    "M".into(),
+                ),
+            );
+        }
+        lines
     }
 }
 
@@ -174,6 +235,9 @@ pub(crate) mod tests {
             notes: vec!["a note".into()],
             autocast: None,
             grad_scaler: false,
+            world_size: 1,
+            parallel: None,
+            collective_buffers: 0,
         }
     }
 
@@ -191,15 +255,17 @@ pub(crate) mod tests {
         assert!(text
             .starts_with(r#"{"model":"Linear","device":"cpu","dtype":null,"parameters":4004000,"#));
         assert!(text.ends_with(
-            r#""seconds":0.25,"notes":["a note"],"autocast":null,"grad_scaler":false}"#
+            r#""notes":["a note"],"autocast":null,"grad_scaler":false,"world_size":1,"parallel":null,"collective_buffers":0}"#
         ));
         assert_eq!(Estimate::from_json(&text), Ok(estimate()));
     }
 
     #[test]
     fn a_file_saved_before_mixed_precision_loads_without_it() {
-        let text = crate::results::to_json(&estimate())
-            .replace(r#","autocast":null,"grad_scaler":false"#, "");
+        let text = crate::results::to_json(&estimate()).replace(
+            r#","autocast":null,"grad_scaler":false,"world_size":1,"parallel":null,"collective_buffers":0"#,
+            "",
+        );
         assert!(text.ends_with(r#""notes":["a note"]}"#));
         assert_eq!(Estimate::from_json(&text), Ok(estimate()));
         let mut mixed = estimate();
@@ -212,6 +278,40 @@ pub(crate) mod tests {
             Some("torch.autocast(bfloat16), a GradScaler")
         );
         assert_eq!(estimate().precision(), None);
+    }
+
+    #[test]
+    fn data_parallelism_round_trips_and_its_rules_name_the_field() {
+        let mut sharded = estimate();
+        sharded.world_size = 2;
+        sharded.parallel = Some("fsdp2".into());
+        sharded.collective_buffers = 66_304;
+        let text = crate::results::to_json(&sharded);
+        assert_eq!(Estimate::from_json(&text), Ok(sharded.clone()));
+        assert_eq!(
+            sharded.parallelism().as_deref(),
+            Some("rank 0 of 2 under FSDP2 (fully_shard per repeated block)")
+        );
+        assert!(sharded.lines().iter().any(|(label, bytes, _)| *label
+            == "collective buffers at the peak"
+            && *bytes == 66_304));
+        assert_eq!(estimate().parallelism(), None);
+        assert_eq!(estimate().lines().len(), 8);
+        assert_eq!(
+            refused(|e| e.world_size = 0),
+            "world_size: must be at least 1, got 0"
+        );
+        assert_eq!(
+            refused(|e| {
+                e.world_size = 2;
+                e.parallel = Some("zero3".into());
+            }),
+            "parallel: must be \"ddp\" or \"fsdp2\", got \"zero3\""
+        );
+        assert_eq!(
+            refused(|e| e.world_size = 4),
+            "parallel: is missing: world_size 4 needs a data-parallel mode"
+        );
     }
 
     #[test]

@@ -29,8 +29,12 @@ pub fn text(plan: &Plan) -> String {
     }
     let baseline = plan.rows.first().and_then(|r| r.peak_reserved);
     let searched = plan.rows.iter().any(|r| r.largest_size.is_some());
+    let parallel = plan.world_size > 1;
     let mut head: Vec<String> = HEAD.iter().map(|h| h.to_string()).collect();
     head[1] = plan.size_name.clone();
+    if parallel {
+        head.insert(5, "parallel".into());
+    }
     if searched {
         head.push(format!("largest {} that fits", plan.size_name));
     }
@@ -44,6 +48,9 @@ pub fn text(plan: &Plan) -> String {
             if row.checkpointing { "on" } else { "off" }.to_string(),
             row.optimizer.clone(),
         ];
+        if parallel {
+            cells.push(mode(row));
+        }
         match (row.peak_allocated, row.peak_reserved) {
             (Some(allocated), Some(reserved)) => {
                 cells.push(human_bytes(allocated.into()));
@@ -61,7 +68,7 @@ pub fn text(plan: &Plan) -> String {
         }
         table.push(cells);
     }
-    out.push_str(&aligned(&table));
+    out.push_str(&aligned(&table, if parallel { 6 } else { 5 }));
     match (plan.best.and_then(|b| plan.rows.get(b)), baseline) {
         (Some(row), Some(base)) => {
             let reserved = row.peak_reserved.unwrap_or(base);
@@ -98,7 +105,18 @@ fn setting(row: &Choice) -> String {
         "size" => row.size.to_string(),
         "precision" => row.precision.clone(),
         "checkpointing" => if row.checkpointing { "on" } else { "off" }.to_string(),
+        "parallel" => mode(row),
         _ => row.optimizer.clone(),
+    }
+}
+
+/// The row's data-parallel mode as the table names it.
+fn mode(row: &Choice) -> String {
+    match row.parallel.as_deref() {
+        Some("ddp") => "DDP".into(),
+        Some("fsdp2") => "FSDP2".into(),
+        Some(other) => other.into(),
+        None => "-".into(),
     }
 }
 
@@ -133,8 +151,9 @@ fn fits(row: &Choice, budget: Option<u64>) -> String {
     }
 }
 
-/// Columns padded to their widest cell: the first five left-aligned, the figures right.
-fn aligned(table: &[Vec<String>]) -> String {
+/// Columns padded to their widest cell: the first `left` (the settings) left-aligned, the
+/// figures right.
+fn aligned(table: &[Vec<String>], left: usize) -> String {
     let columns = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -152,7 +171,7 @@ fn aligned(table: &[Vec<String>]) -> String {
             .iter()
             .enumerate()
             .map(|(c, cell)| {
-                if c < 5 || row.len() <= 6 {
+                if c < left || row.len() <= left + 1 {
                     format!("{cell:<w$}", w = widths[c])
                 } else {
                     format!("{cell:>w$}", w = widths[c])
@@ -170,7 +189,7 @@ fn aligned(table: &[Vec<String>]) -> String {
 mod tests {
     use super::*;
     use crate::estimate::plan::analyse::complete;
-    use crate::estimate::plan::result::tests::plan;
+    use crate::estimate::plan::result::tests::{choice, plan};
 
     #[test]
     fn the_table_says_each_choice_and_the_best() {
@@ -192,6 +211,27 @@ mod tests {
              largest batch size 32"
         );
         assert_eq!(lines[9], "[1] no repeated blocks");
+    }
+
+    #[test]
+    fn per_rank_plans_show_the_mode_and_may_pick_it() {
+        let mut p = plan();
+        p.world_size = 2;
+        for row in &mut p.rows {
+            row.parallel = Some("ddp".into());
+        }
+        let mut sharded = choice("parallel", 8, Some(400 << 20));
+        sharded.parallel = Some("fsdp2".into());
+        p.rows.push(sharded);
+        let text = text(&complete(p));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("optimizer  parallel"), "{}", lines[1]);
+        assert!(lines[2].contains("AdamW      DDP"), "{}", lines[2]);
+        assert!(lines[8].starts_with("  parallel") && lines[8].contains("FSDP2"));
+        assert!(
+            text.contains("Saves the most: parallel FSDP2: peak reserved -600.0 MiB (-60.0%)"),
+            "{text}"
+        );
     }
 
     #[test]

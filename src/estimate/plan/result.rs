@@ -6,12 +6,13 @@ use serde::{Deserialize, Serialize};
 use crate::results::DataError;
 
 /// The axes a row may change; the first row is the baseline, which changes none.
-pub const AXES: [&str; 5] = [
+pub const AXES: [&str; 6] = [
     "baseline",
     "size",
     "precision",
     "checkpointing",
     "optimizer",
+    "parallel",
 ];
 
 /// One what-if plan.
@@ -36,6 +37,14 @@ pub struct Plan {
     #[serde(default)]
     pub best: Option<usize>,
     pub notes: Vec<String>,
+    /// The ranks of data parallelism: the peaks are one rank's (absent from files saved
+    /// before data parallelism was planned: 1).
+    #[serde(default = "one")]
+    pub world_size: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// One row: the settings of one estimate and what it found.
@@ -57,6 +66,9 @@ pub struct Choice {
     /// Why this row has no estimate (a FakeStepError's message, a model without repeated
     /// blocks to checkpoint, ...).
     pub error: Option<String>,
+    /// The data-parallel mode, "ddp" or "fsdp2" (absent from older files: none).
+    #[serde(default)]
+    pub parallel: Option<String>,
 }
 
 impl Plan {
@@ -86,6 +98,22 @@ impl Plan {
                 return Err(error(
                     format!("rows[{i}].axis"),
                     "only the first row is the baseline".into(),
+                ));
+            }
+            if let Some(mode) = &row.parallel {
+                if !crate::estimate::result::PARALLEL_MODES.contains(&mode.as_str()) {
+                    return Err(error(
+                        format!("rows[{i}].parallel"),
+                        format!("must be \"ddp\" or \"fsdp2\", got {mode:?}"),
+                    ));
+                }
+            } else if self.world_size > 1 {
+                return Err(error(
+                    format!("rows[{i}].parallel"),
+                    format!(
+                        "is missing: world_size {} needs a data-parallel mode",
+                        self.world_size
+                    ),
                 ));
             }
             let figures = row.peak_allocated.is_some() && row.peak_reserved.is_some();
@@ -123,6 +151,7 @@ pub mod tests {
             peak_reserved: reserved,
             largest_size: reserved.map(|_| 32),
             error: reserved.is_none().then(|| "no repeated blocks".to_string()),
+            parallel: None,
         }
     }
 
@@ -148,6 +177,7 @@ pub mod tests {
             ],
             best: None,
             notes: vec![],
+            world_size: 1,
         }
     }
 
@@ -180,5 +210,10 @@ pub mod tests {
         assert_eq!(refused(|p| p.rows[5].error = None), "rows[5]");
         assert_eq!(refused(|p| p.best = Some(0)), "best");
         assert_eq!(refused(|p| p.best = Some(6)), "best");
+        assert_eq!(refused(|p| p.world_size = 2), "rows[0].parallel");
+        assert_eq!(
+            refused(|p| p.rows[1].parallel = Some("zero".into())),
+            "rows[1].parallel"
+        );
     }
 }

@@ -30,6 +30,9 @@ pub fn render(e: &Estimate) -> String {
     if let Some(precision) = e.precision() {
         out.push_str(&format!("<p>Precision: {}</p>", escape(&precision)));
     }
+    if let Some(parallelism) = e.parallelism() {
+        out.push_str(&format!("<p>Per rank: {}</p>", escape(&parallelism)));
+    }
     for note in &e.notes {
         out.push_str(&format!("<p>Note: {}</p>", escape(note)));
     }

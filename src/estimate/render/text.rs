@@ -17,6 +17,9 @@ pub fn render(e: &Estimate) -> String {
     if let Some(precision) = e.precision() {
         out.push_str(&format!("Note: precision: {precision}\n"));
     }
+    if let Some(parallelism) = e.parallelism() {
+        out.push_str(&format!("Note: per rank: {parallelism}\n"));
+    }
     for note in &e.notes {
         out.push_str(&format!("Note: {note}\n"));
     }
