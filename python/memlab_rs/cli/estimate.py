@@ -102,6 +102,15 @@ class EstimateCommand(Command):
         )
         parser.add_argument("--no-search", action="store_true", help="no largest size that fits")
         parser.add_argument(
+            "--world-size", type=int, default=1, metavar="N",
+            help="ranks of data parallelism: every figure is one rank's (default 1)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--parallel", choices=("ddp", "fsdp2"),
+            help="the baseline's data-parallel mode (needed with --world-size above 1; the "
+                 "other mode is tried too)",
+        )  # fmt: skip
+        parser.add_argument(
             "--limit", type=int, default=1 << 16, help="the largest size searched (default 65536)"
         )
         _arguments.format_argument(parser, ("text", "json"))
@@ -145,6 +154,8 @@ class EstimateCommand(Command):
             try_checkpointing=not args.no_checkpointing_row,
             search=not args.no_search,
             limit=args.limit,
+            world_size=args.world_size,
+            parallel=args.parallel,
         )
         if args.save:
             result.save(args.save)

@@ -36,10 +36,12 @@ from . import _cuda_blas, _cuda_reduce, _cuda_softmax
 from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
-# The replay's categories: the shared ones, then two reported under "other" but kept apart:
+# The replay's categories: the shared ones, then those reported under "other" but kept apart:
 # the workspaces fake tensors do not show (intermediates leave them out) and the inputs
 # (``other`` even when autograd saves them, as _categories lists them).
-REPLAY_CATEGORIES = (*CATEGORIES, "workspace", "input")
+# Then the collectives' buffers of data parallelism (DDP's gradient buckets, FSDP2's
+# all-gather and reduce-scatter buffers), also reported under "other".
+REPLAY_CATEGORIES = (*CATEGORIES, "workspace", "input", "collective")
 _CAT = {name: i for i, name in enumerate(REPLAY_CATEGORIES)}
 
 # cuBLAS ops: the first on a thread gives its handle a workspace from the caching allocator
@@ -138,6 +140,19 @@ class Book:
             idents.append(ident)
         for ident in reversed(idents):
             self.events.append((FREE, ident, 0))
+
+    def held(self, nbytes: int, origin: str, category: str) -> int:
+        """An allocation no fake tensor stands for (a collective's buffer, FSDP2's unsharded
+        parameters): live until ``release``; returns its id."""
+        ident = len(self.categories)
+        self.categories.append(_CAT[category])
+        self.origins.append(f"{origin} ({self.phase})")
+        self.events.append((ALLOC, ident, nbytes))
+        return ident
+
+    def release(self, ident: int) -> None:
+        """The free of a ``held`` allocation."""
+        self.events.append((FREE, ident, 0))
 
     def set_category(self, tensor: torch.Tensor, category: str) -> None:
         ident = self.storage_id(tensor) if isinstance(tensor, torch.Tensor) else None

@@ -25,14 +25,16 @@ def make_optimizer(
     fake: Callable[[torch.Tensor], torch.Tensor],
     cuda: bool,
     notes: list[str],
+    held_by: Callable[[torch.nn.Parameter], torch.nn.Parameter] = lambda p: p,
 ) -> torch.optim.Optimizer | None:
     """The optimizer over `fmodel`'s parameters (run under the fake mode). `fake(t)` is a
-    fake tensor like `t` where the step runs (hyperparameters given as tensors)."""
+    fake tensor like `t` where the step runs (hyperparameters given as tensors);
+    `held_by(p)` is what the optimizer holds for parameter `p` (its shard under FSDP2)."""
     if spec is None:
         return None
-    params = [p for p in fmodel.parameters() if p.requires_grad]
+    params = [held_by(p) for p in fmodel.parameters() if p.requires_grad]
     if isinstance(spec, torch.optim.Optimizer):
-        opt = _from_instance(spec, model, fmodel, fake, notes)
+        opt = _from_instance(spec, model, fmodel, fake, notes, held_by)
     elif isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer):
         opt = spec(params, **(kwargs or {}))
     elif callable(spec):
@@ -69,12 +71,13 @@ def _from_instance(
     fmodel: torch.nn.Module,
     fake: Callable[[torch.Tensor], torch.Tensor],
     notes: list[str],
+    held_by: Callable[[torch.nn.Parameter], torch.nn.Parameter],
 ) -> torch.optim.Optimizer:
     """The same class as `opt` over the fake parameters, group by group with each group's
     hyperparameters (tensors among them as fakes), and with state where `opt` has some."""
     fake_of: dict[int, torch.nn.Parameter] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
-        fake_of.setdefault(id(p), fmodel.get_parameter(name))
+        fake_of.setdefault(id(p), held_by(fmodel.get_parameter(name)))
 
     def convert(value: Any) -> Any:
         return tree_map(lambda v: fake(v) if isinstance(v, torch.Tensor) else v, value)

@@ -25,25 +25,34 @@ class Checkpointed(nn.Module):
         return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
 
 
-def checkpoint_blocks(module: nn.Module) -> int:
-    """Wrap the repeated blocks of `module` in ``Checkpointed``, in place: the children of a
-    container (``nn.Sequential``, ``nn.ModuleList``) of which at least two are of one class
-    and have children themselves (ResNet's bottlenecks, ViT's encoder layers, a decoder's
-    layers); the innermost such containers only. Returns the number of blocks wrapped."""
-    wrapped = 0
+def repeated_blocks(module: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of `module`, in module order: the children of a container
+    (``nn.Sequential``, ``nn.ModuleList``) of which at least two are of one class and have
+    children themselves (ResNet's bottlenecks, ViT's encoder layers, a decoder's layers);
+    the innermost such containers only. What checkpointing wraps and FSDP2 shards."""
+    found: list[nn.Module] = []
     for child in module.children():
-        wrapped += checkpoint_blocks(child)
-    if wrapped or not isinstance(module, (nn.Sequential, nn.ModuleList)):
-        return wrapped
+        found.extend(repeated_blocks(child))
+    if found or not isinstance(module, (nn.Sequential, nn.ModuleList)):
+        return found
     counts: dict[type, int] = {}
     for child in module.children():
         if any(True for _ in child.children()):
             counts[type(child)] = counts.get(type(child), 0) + 1
     repeated = {cls for cls, n in counts.items() if n >= 2}
-    for name, child in list(module.named_children()):
-        if type(child) in repeated:
-            module._modules[name] = Checkpointed(child)
-            wrapped += 1
+    return [child for child in module.children() if type(child) in repeated]
+
+
+def checkpoint_blocks(module: nn.Module) -> int:
+    """Wrap the repeated blocks of `module` (``repeated_blocks``) in ``Checkpointed``, in
+    place. Returns the number of blocks wrapped."""
+    blocks = {id(b) for b in repeated_blocks(module)}
+    wrapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in blocks:
+                parent._modules[name] = Checkpointed(child)
+                wrapped += 1
     return wrapped
 
 

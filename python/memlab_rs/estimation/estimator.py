@@ -22,7 +22,7 @@ import torch
 
 from .. import _args, _core, _torch, results
 from .._categories import CATEGORIES
-from . import _amp, _cuda_reduce
+from . import _amp, _cuda_reduce, _data_parallel
 from ._cuda_dispatch import CudaDispatch
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -64,6 +64,8 @@ def estimate(
     autocast: torch.dtype | None = None,
     grad_scaler: bool = False,
     checkpointing: bool = False,
+    world_size: int = 1,
+    parallel: str | None = None,
 ) -> MemoryEstimate:
     """Estimate the memory of one training step of `model` on `device`, allocating nothing.
 
@@ -85,6 +87,12 @@ def estimate(
     - `checkpointing`: activation checkpointing of the model's repeated blocks, as
       transformers' ``gradient_checkpointing_enable`` or ``torch.utils.checkpoint`` around
       each block does it (``memlab_rs.estimation.checkpointing``), on the fake copy only.
+    - `parallel` with `world_size`: one rank's memory under data parallelism, each rank
+      given `example_inputs`: ``"ddp"`` (``DistributedDataParallel(model)``: its gradient
+      buckets beside the gradients) or ``"fsdp2"`` (``fully_shard`` on each repeated block,
+      then on the model: rank 0's shards of the parameters, gradients and optimizer state,
+      the unsharded parameters of the units being run and the all-gather and reduce-scatter
+      buffers), both with their default arguments (``estimation._data_parallel``).
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
@@ -104,11 +112,12 @@ def estimate(
     if not isinstance(checkpointing, bool):
         raise TypeError(f"checkpointing must be True or False, got {_args.shown(checkpointing)}")
     _amp.check(autocast, grad_scaler, backward)
+    _data_parallel.check(world_size, parallel)
     target = _target(device)
     cuda = target.type == "cuda"
     notes: list[str] = []
     step = (model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
-            checkpointing)  # fmt: skip
+            checkpointing, (parallel, world_size))  # fmt: skip
     # First as the real step runs (libraries hear the tensors are not fake); if the step
     # reads a value nobody knows here (one computed from the weights), again with the
     # libraries told the truth, taking the path they take under tracing.
@@ -139,7 +148,7 @@ def estimate(
         )
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")
-    return _result(model, target, dtype, amp, book, steps, started, notes)
+    return _result(model, target, dtype, amp, book, steps, started, notes, world_size, parallel)
 
 
 def _unanswerable(error: Exception) -> FakeStepError:
@@ -150,7 +159,7 @@ def _unanswerable(error: Exception) -> FakeStepError:
 
 def _record(
     model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
-    checkpointing, target, backward, autocast, grad_scaler, notes,
+    checkpointing, data_parallel, target, backward, autocast, grad_scaler, notes,
 ):  # fmt: skip
     """The step on fake tensors, recorded: (book, amp, steps)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -164,20 +173,29 @@ def _record(
     fmodel = fake_model(model, mode, run_on, dtype, known)
     if checkpointing:
         notes.append(f"activation checkpointing: {enable_checkpointing(fmodel)}")
+    with mode:
+        dp = _data_parallel.make(*data_parallel, book, fmodel, run_on)
+    if dp is not None and dp.shards_parameters:
+        dp.setup()  # fully_shard: the shards replace the parameters before anything else
     for t, category in apply_order(fmodel):
         book.see(t, category, category)
+    if dp is not None and not dp.shards_parameters:
+        dp.setup()  # DDP(model): the buckets, after the model is on the device
+    if dp is not None:
+        notes.append(dp.describe())
     inputs = fake_inputs(example_inputs, mode, run_on, dtype, known)
     fake_targets = fake_inputs(targets, mode, run_on, dtype, known)
     for t in output_tensors([inputs, fake_targets]):
         book.see(t, "input", "input")
-    params = [p for p in fmodel.parameters() if p.requires_grad]
+    held_by = dp.parameter if dp is not None else (lambda p: p)
+    params = [held_by(p) for p in fmodel.parameters() if p.requires_grad]
 
     def fake(t: torch.Tensor) -> torch.Tensor:  # a hyperparameter given as a tensor
         device = run_on if t.device.type in ("meta", target.type) else t.device
         return fake_inputs(t, mode, device, None)
 
     with mode:
-        opt = make_optimizer(optimizer, optimizer_kwargs, model, fmodel, fake, cuda, notes)
+        opt = make_optimizer(optimizer, optimizer_kwargs, model, fmodel, fake, cuda, notes, held_by)
     if opt is not None:
         for state in opt.state.values():  # an instance's state, made before the step
             for value in state.values():
@@ -197,7 +215,10 @@ def _record(
     try:
         with mode, dispatch or contextlib.nullcontext(), recorder:
             for step in range(1, steps + 1):
-                _step(book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward, amp)
+                _step(
+                    book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward,
+                    amp, dp,
+                )  # fmt: skip
     except _DATA_DEPENDENT:
         raise
     except Exception as error:
@@ -209,7 +230,7 @@ def _record(
     return book, amp, steps
 
 
-def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp) -> None:
+def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp, dp) -> None:
     book.phase_begin(f"forward {step}")
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -242,6 +263,8 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, a
             del scaled
         else:
             loss.backward()
+        if dp is not None:
+            dp.after_backward()  # FSDP2's final callback, at the end of backward
         for p in params:
             if p.grad is not None:
                 book.set_category(p.grad, "gradient")
@@ -260,6 +283,8 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, a
     # The output and the loss live to the end of the step, as in
     # `out = model(x); loss = ...; loss.backward(); opt.step()`.
     del output, loss
+    if dp is not None:
+        dp.after_step()
 
 
 def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]:
@@ -284,8 +309,9 @@ def _cublas_workspaces(device: torch.device, notes: list[str]) -> dict[str, int]
 
 
 def _result(
-    model, device, dtype, amp, book: Book, steps: int, started: float, notes
-) -> MemoryEstimate:
+    model, device, dtype, amp, book: Book, steps: int, started: float, notes, world_size,
+    parallel,
+) -> MemoryEstimate:  # fmt: skip
     names = book.phase_names
     recording = {
         "device_type": "cuda" if book.device_type == "cuda" else "cpu",
@@ -315,6 +341,7 @@ def _result(
     }
     peak_phase = names[r["peak_phase"]]
     workspaces = max(v["workspace"] for v in end.values())
+    at_peak = dict(zip(REPLAY_CATEGORIES, r["peak_by_category"]))
     return MemoryEstimate(
         model=type(model).__name__,
         device=str(device),
@@ -330,7 +357,7 @@ def _result(
         peak_allocated=r["peak_allocated"],
         peak_step=int(peak_phase.split()[-1]) if peak_phase != "setup" else 1,
         peak_phase=peak_phase,
-        peak_by_category=_public(dict(zip(REPLAY_CATEGORIES, r["peak_by_category"]))),
+        peak_by_category=_public(at_peak),
         phase_peaks=peaks,
         phase_ends={n: sum(v.values()) for n, v in end.items()},
         step_peaks=step_peaks,
@@ -341,6 +368,9 @@ def _result(
         notes=notes,
         autocast=_dtype_name(amp.dtype),
         grad_scaler=amp.scaler is not None,
+        world_size=world_size,
+        parallel=parallel,
+        collective_buffers=at_peak["collective"],
         meta=results.run_meta(str(device)),
     )
 
@@ -350,9 +380,10 @@ def _dtype_name(dtype: torch.dtype | None) -> str | None:
 
 
 def _public(by_category: dict[str, int]) -> dict[str, int]:
-    """The shared categories: workspaces and inputs count under ``other``."""
+    """The shared categories: workspaces, inputs and collectives' buffers count under
+    ``other``."""
     out = {c: by_category[c] for c in CATEGORIES}
-    out["other"] += by_category["workspace"] + by_category["input"]
+    out["other"] += by_category["workspace"] + by_category["input"] + by_category["collective"]
     return out
 
 

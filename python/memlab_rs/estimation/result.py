@@ -61,6 +61,13 @@ class MemoryEstimate(results.SavedResult):
     autocast: str | None = None
     #: Whether the loss was scaled by a GradScaler.
     grad_scaler: bool = False
+    #: The ranks of data parallelism; the figures are one rank's (rank 0's).
+    world_size: int = 1
+    #: The data-parallel mode: "ddp", "fsdp2" or None.
+    parallel: str | None = None
+    #: Bytes of the collectives' buffers at the peak (DDP's gradient buckets, FSDP2's
+    #: all-gather and reduce-scatter buffers), counted under ``other``.
+    collective_buffers: int = 0
     #: Where and when it was made (``results.run_meta``; ``device``: the device modelled).
     meta: dict[str, Any] = dataclasses.field(
         default_factory=lambda: results.run_meta(None), compare=False, repr=False

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .. import _args
-from . import _amp
+from . import _amp, _data_parallel
 from .estimator import OptimizerSpec, _check_step, _target, estimate
 
 
@@ -28,6 +28,8 @@ def max_batch_size(
     limit: int = 1 << 16,
     autocast: torch.dtype | None = None,
     grad_scaler: bool = False,
+    world_size: int = 1,
+    parallel: str | None = None,
 ) -> int:
     """The largest batch size whose estimated step fits `budget` (0 if none does), at most
     `limit`.
@@ -36,9 +38,9 @@ def max_batch_size(
     targets `loss_fn(output, targets)` takes (if any). `budget`: bytes, or a size as every
     size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
     device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
-    (the modelled segments, what must fit) or ``"allocated"``. `autocast` and
-    `grad_scaler` are ``estimate``'s. Exponential search from 1, then an interpolation
-    search (``largest_within``).
+    (the modelled segments, what must fit) or ``"allocated"``. `autocast`,
+    `grad_scaler`, `world_size` and `parallel` are ``estimate``'s (the batch is per rank).
+    Exponential search from 1, then an interpolation search (``largest_within``).
 
     >>> import torch
     >>> from memlab_rs import max_batch_size
@@ -47,6 +49,7 @@ def max_batch_size(
     1498
     """
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
+    _data_parallel.check(world_size, parallel)
     _amp.check(autocast, grad_scaler, True)
     _args.function(make_inputs, "make_inputs", "a function of the batch size")
     if make_targets is not None:
@@ -76,6 +79,8 @@ def max_batch_size(
             targets=make_targets(batch) if make_targets is not None else None,
             autocast=autocast,
             grad_scaler=grad_scaler,
+            world_size=world_size,
+            parallel=parallel,
         )
         return est.peak_reserved if measure == "reserved" else est.peak_allocated
 

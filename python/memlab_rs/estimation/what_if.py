@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import _args, _core, results
-from . import _amp
+from . import _amp, _data_parallel
 from ._fake_step import FakeStepError
 from ._optimizer import OptimizerSpec
 from .estimator import _check_step, _target, estimate
@@ -59,6 +59,7 @@ class _Settings:
     precision: str
     checkpointing: bool
     optimizer: str
+    parallel: str | None = None
 
 
 def plan(
@@ -81,6 +82,9 @@ def plan(
     try_checkpointing: bool = True,
     search: bool = True,
     limit: int = 1 << 16,
+    world_size: int = 1,
+    parallel: str | None = None,
+    try_parallel: bool = True,
 ) -> MemoryPlan:
     """The peak of one training step over the choices people make, each changed alone from
     the baseline (`size`, `precision`, `checkpointing`, `optimizer`), as a table.
@@ -97,6 +101,9 @@ def plan(
       (`try_checkpointing`).
     - `search`: for each row with a budget, the largest size that fits it (at most
       `limit`: a search of about 2·log2 of the answer estimates per row).
+    - `world_size` and `parallel` (``"ddp"`` or ``"fsdp2"``): every row is one rank's step
+      (``estimate``'s), `size` and the budget per rank; with more than one rank the other
+      mode is tried too (`try_parallel`).
 
     A row whose estimate cannot be made (``FakeStepError``, a model without repeated blocks
     to checkpoint) says why instead of its figures.
@@ -123,9 +130,10 @@ def plan(
         raise TypeError(f"size_name must be a name such as 'batch size', got {size_name!r}")
     _precision_name(precision, "precision")
     for flag, name in ((checkpointing, "checkpointing"), (try_checkpointing, "try_checkpointing"),
-                       (search, "search")):  # fmt: skip
+                       (search, "search"), (try_parallel, "try_parallel")):  # fmt: skip
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {_args.shown(flag)}")
+    _data_parallel.check(world_size, parallel)
     target = _target(device)
     tried_sizes = _sizes(size, sizes)
     tried_precisions = _precisions(precision, precisions)
@@ -136,7 +144,7 @@ def plan(
         notes.append("no budget: pass budget=<bytes> to see what fits")
 
     base_name = _optimizer_name(optimizer, optimizer_kwargs)
-    base = _Settings(size, precision, checkpointing, base_name)
+    base = _Settings(size, precision, checkpointing, base_name, parallel)
     specs: dict[str, tuple[OptimizerSpec | None, dict[str, Any] | None]] = {
         base_name: (optimizer, optimizer_kwargs)
     }
@@ -149,6 +157,10 @@ def plan(
         if name != base_name:
             specs[name] = (spec, None)
             wanted.append(("optimizer", dataclasses.replace(base, optimizer=name)))
+    if world_size > 1 and try_parallel:
+        for mode in _data_parallel.MODES:
+            if mode != parallel:
+                wanted.append(("parallel", dataclasses.replace(base, parallel=mode)))
 
     peaks: dict[_Settings, tuple[int, int] | str] = {}
 
@@ -166,6 +178,8 @@ def plan(
                     device=target,
                     targets=make_targets(settings.size) if make_targets is not None else None,
                     checkpointing=settings.checkpointing,
+                    world_size=world_size,
+                    parallel=settings.parallel,
                     **PRECISIONS[settings.precision],
                 )
                 peaks[settings] = (est.peak_allocated, est.peak_reserved)
@@ -186,6 +200,7 @@ def plan(
             "peak_reserved": None,
             "largest_size": None,
             "error": None,
+            "parallel": settings.parallel,
         }
         if isinstance(found, str):
             row["error"] = found
@@ -214,6 +229,7 @@ def plan(
         "limit": limit,
         "rows": rows,
         "notes": notes,
+        "world_size": world_size,
     }
     completed = _core.estimate.plan_complete(json.dumps(data))
     return MemoryPlan._from_json(completed, results.run_meta(str(target)))

@@ -81,3 +81,23 @@ def test_bad_factories_are_one_line(tmp_path: Path):
 
 def test_the_precisions_offered_are_the_plans():
     assert tuple(PRECISIONS) == CLI_PRECISIONS
+
+
+def test_per_rank_plans_take_the_world_size_and_mode(tmp_path: Path):
+    (tmp_path / "workloads.py").write_text(FACTORY)
+    proc = cli_in_process(
+        "estimate", "workloads:make", "--device", "cpu", "--budget", "2MiB",
+        "--precisions", "--optimizers", "--no-checkpointing-row", "--world-size", "2",
+        "--parallel", "ddp", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected = memlab_rs.plan(
+        _blocks(), lambda n: torch.zeros(n, 64), 16, "2MiB", device="cpu", precisions=[],
+        optimizers={}, try_checkpointing=False, world_size=2, parallel="ddp",
+    )  # fmt: skip
+    assert proc.stdout == expected.text()
+    assert [r["parallel"] for r in expected.rows][-1] == "fsdp2"
+    refused = cli_in_process(
+        "estimate", "workloads:make", "--device", "cpu", "--world-size", "2", cwd=tmp_path
+    )
+    assert "world_size=2 needs a data-parallel mode" in one_line_error(refused, "estimate")
