@@ -1,0 +1,217 @@
+"""Per-rank estimates under data parallelism against real ranks (issue 24): ``memlab_rs.
+estimate(..., world_size=N, parallel="ddp" | "fsdp2")`` beside the real peaks of every rank
+of ``torchrun --nproc_per_node N``.
+
+For each row (a workload of ``bench/zoo_workloads.py``: models nobody tuned the estimate
+for, with their family's optimizer, foreach), each rank:
+
+- builds the model on the CPU from the same seed; rank 0 estimates it (the CPU model, as a
+  user would pass it, with the per-rank inputs);
+- moves it to its GPU (``model.to(device)``, cast for ``bf16``), checkpoints its repeated
+  blocks when asked (the library's function, as the estimate does on its fake copy) and
+  wraps it: ``DistributedDataParallel(model, device_ids=[rank])``, or ``fully_shard`` on
+  each of ``repeated_blocks(model)`` and then on the model (the blocks the estimate shards);
+- makes the optimizer over the wrapped model's parameters and runs three steps exactly as
+  ``bench/estimate_zoo.py`` does (``train_step``, peaks read with ``CudaMeter`` after the
+  previous row is gone and the cuBLAS workspaces cleared): step 1's peak is the real first
+  step, the larger of steps 2 and 3 the steady one.
+
+The table gives rank 0's estimate, every rank's real peaks and the error against rank 0 (the
+rank the estimate models: it holds the largest shards). Within 5% is the issue's bar.
+
+Run on a machine with N GPUs: ``torchrun --nproc_per_node 2 bench/parallel_check.py --out
+bench/results/parallel_check_h100x2.txt``; ``--only SUBSTRING`` keeps matching rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import memlab_rs
+from memlab_rs.estimation.checkpointing import repeated_blocks
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import estimate_zoo  # noqa: E402
+import zoo_workloads as zoo  # noqa: E402
+
+WITHIN = 0.05
+MIB = 2**20
+# (workload, precision, checkpointing): CNNs, vision transformers, an encoder, decoders with
+# and without grouped-query attention, an encoder-decoder and a mixture of experts.
+ROWS = [
+    ("resnet50", "fp32", False),
+    ("convnext_tiny", "fp32", False),
+    ("vit_b_16", "fp32", False),
+    ("swin_t", "amp-bf16", False),
+    ("bert", "fp32", False),
+    ("gpt2", "fp32", False),
+    ("gpt2", "fp32", True),
+    ("llama_gqa", "bf16", False),
+    ("llama_gqa", "amp-bf16", False),
+    ("qwen2_gqa", "fp32", False),
+    ("t5", "fp32", False),
+    ("mixtral_moe", "bf16", False),  # its fake grouped mm takes bf16 only (torch 2.11)
+]
+MODES = ("ddp", "fsdp2")
+
+
+def wrap(model: torch.nn.Module, mode: str, rank: int) -> torch.nn.Module:
+    if mode == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    from torch.distributed.fsdp import fully_shard
+
+    for block in repeated_blocks(model):
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def run_row(row: zoo.Row, mode: str, world: int, rank: int, device: str) -> dict[str, Any]:
+    """This rank's real peaks of `row` under `mode` (and rank 0's estimate)."""
+    w = row.workload
+    meter = estimate_zoo.CudaMeter(device)
+    left = meter.clean()
+    out: dict[str, Any] = {"left": left}
+    torch.manual_seed(0)
+    model = w.build()
+    inputs, targets = w.make_inputs()
+    if rank == 0:
+        cls, kwargs = row.optimizer_spec()
+        started = time.perf_counter()
+        try:
+            est = memlab_rs.estimate(
+                model, inputs, optimizer=cls, optimizer_kwargs=kwargs, loss_fn=w.loss_fn(),
+                targets=targets, device=device, dtype=row.dtype, autocast=row.autocast,
+                grad_scaler=row.grad_scaler, checkpointing=row.checkpointing,
+                world_size=world, parallel=mode,
+            )  # fmt: skip
+            out["est"] = (est.step_peaks[1], est.step_peaks.get(2, est.step_peaks[1]))
+            out["collective"] = est.collective_buffers
+        except Exception as error:  # the row says why; the ranks go on together
+            out["est_error"] = f"{type(error).__name__}: {estimate_zoo._first_line(error)}"
+        out["est_seconds"] = time.perf_counter() - started
+    dist.barrier()
+    if row.dtype is not None:
+        model.to(device=device, dtype=row.dtype)
+    else:
+        model.to(device)
+    if row.checkpointing:
+        zoo.enable_checkpointing(model, w)
+    step_model = wrap(model, mode, rank)
+    inputs = estimate_zoo._to(inputs, device, row.dtype)
+    targets = estimate_zoo._to(targets, device, None)
+    cls, kwargs = row.optimizer_spec()
+    opt = cls(step_model.parameters(), **kwargs)
+    scaler = torch.amp.GradScaler("cuda", init_scale=1024.0) if row.grad_scaler else None
+    loss_fn = w.loss_fn()
+    run = functools.partial(
+        estimate_zoo.train_step, step_model, inputs, targets, loss_fn, opt, scaler,
+        row.autocast, "cuda",
+    )  # fmt: skip
+    steps = [meter.step(run)["peak"] for _ in range(3)]
+    out["real"] = (steps[0], max(steps[1], steps[2]))
+    out["steps"] = steps
+    del run, step_model, model, opt, inputs, targets, scaler
+    return out
+
+
+def error(est: int, real: int) -> float:
+    return est / real - 1
+
+
+def line(name: str, mode: str, results: list[dict[str, Any]]) -> tuple[str, bool | None]:
+    r0 = results[0]
+    reals = " ".join(
+        "/".join(f"{s / MIB:.1f}" for s in r["steps"]) if "steps" in r else "failed"
+        for r in results
+    )
+    if "est" not in r0 or "real" not in r0:
+        why = r0.get("est_error") or r0.get("error") or "no real step"
+        return f"{name:34s} {mode:5s} {'-':>19s}  {reals}  {why}", None
+    (e1, e2), (g1, g2) = r0["est"], r0["real"]
+    first, steady = error(e1, g1), error(e2, g2)
+    ok = abs(first) <= WITHIN and abs(steady) <= WITHIN
+    return (
+        f"{name:34s} {mode:5s} {e1 / MIB:8.1f}/{e2 / MIB:8.1f}  {reals}  "
+        f"{first:+7.2%} {steady:+7.2%}  {'ok' if ok else 'MISS'}  "
+        f"(collectives {r0.get('collective', 0) / MIB:.1f} MiB, estimate "
+        f"{r0.get('est_seconds', 0):.1f} s)",
+        ok,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the table here (rank 0)")
+    parser.add_argument("--only", help="rows whose name contains this")
+    parser.add_argument("--max-seconds", type=float, default=540.0)
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank)
+    device = f"cuda:{rank}"
+    by_name = {w.name: w for w in zoo.workloads("cuda")}
+    rows = [
+        zoo.Row(by_name[n], precision=p, optimizer=by_name[n].optimizer, checkpointing=c)
+        for n, p, c in ROWS
+    ]
+    lines = [
+        f"# parallel_check: estimate(world_size={world}, parallel=...) vs real ranks",
+        f"# device: {world} x {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
+        f"python {platform.python_version()}; memlab_rs {memlab_rs.__version__}",
+        "# peaks MiB: estimate (rank 0) first/steady, then each rank's real steps 1/2/3; "
+        "errors vs rank 0 (steady: the larger of its steps 2 and 3)",
+    ]
+    started = time.perf_counter()
+    passed = total = 0
+    for row in rows:
+        for mode in MODES:
+            name = row.name
+            if args.only and args.only not in f"{name} {mode}":
+                continue
+            # Every rank decides together whether there is time for another row.
+            late = torch.tensor([time.perf_counter() - started > args.max_seconds], device="cuda")
+            dist.all_reduce(late, op=dist.ReduceOp.MAX)
+            if late.item():
+                lines.append(f"# stopped after {args.max_seconds:.0f} s")
+                break
+            try:
+                mine = run_row(row, mode, world, rank, device)
+            except Exception as exc:  # noqa: BLE001  the row says why
+                mine = {"error": f"{type(exc).__name__}: {estimate_zoo._first_line(exc)}"}
+                if rank == 0:
+                    traceback.print_exc()
+            gc.collect()
+            results: list[Any] = [None] * world
+            dist.all_gather_object(results, mine)
+            if rank == 0:
+                text, ok = line(name, mode, results)
+                print(text, flush=True)
+                lines.append(text)
+                if ok is not None:
+                    total += 1
+                    passed += ok
+    if rank == 0:
+        lines.append(f"# within {WITHIN:.0%} on both steps: {passed} of {total} rows")
+        print(lines[-1])
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Two GPUs, NCCL (run on the two-GPU machine): `estimate(world_size=2, parallel=...)` within
+5% of each real rank's first and steady peaks, under DDP and under FSDP2, on two models of
+the validation zoo (a decoder with grouped-query attention in bf16, a vision transformer in
+fp32 with AdamW), run by `bench/parallel_check.py` under torchrun."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+    ),
+]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "parallel_check.py"
+
+
+@pytest.mark.parametrize("only", ["llama_gqa bf16", "vit_b_16 fp32"])
+def test_each_rank_is_within_five_percent(tmp_path: Path, only: str):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torchvision")
+    out = tmp_path / "table.txt"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(BENCH), "--only", only, "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=480, env=dict(os.environ)
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    table = out.read_text()
+    rows = [line for line in table.splitlines() if line.startswith(only.split()[0])]
+    assert [line.split()[3] for line in rows] == ["ddp", "fsdp2"], table
+    for line in rows:
+        # Rank 0's first and steady errors, then the verdict.
+        first, steady = (float(x) for x in re.findall(r"([+-]\d+\.\d+)%", line)[:2])
+        assert abs(first) <= 5 and abs(steady) <= 5, line
+        assert " ok " in line, line
+    assert "within 5% on both steps: 2 of 2 rows" in table
