@@ -105,9 +105,9 @@ def largest_within(need: Callable[[int], int], budget: int, limit: int, start: i
     the last two sizes reaches the budget (a little past it), or down to 1; then it
     interpolates between the bracket's ends. A peak grows about linearly with the batch,
     so the guesses land on or next to the answer and a few estimates find it where
-    doubling and bisection take about 2 log2 of it. A guess that does not
-    halve the bracket is followed by a bisection, so a bend in `need` costs at most twice
-    bisection's count.
+    doubling and bisection take about 2 log2 of it. After a guess that does not halve the
+    bracket, bisection finishes: a bend or a flat stretch in `need` costs at most one
+    estimate more than doubling and bisection.
 
     >>> largest_within(lambda n: 1000 + 37 * n, 1_000_000, 1 << 16, start=8)
     27000
@@ -148,5 +148,8 @@ def largest_within(need: Callable[[int], int], budget: int, limit: int, start: i
             low = guess
         else:
             high = guess
-        bisect_next = not bisect_next and (high - low) * 2 > width
+        # A guess that did not halve the bracket: `need` is not near a line here (the
+        # allocator's 2 MiB steps at small sizes are flat stretches), and more guesses from
+        # it could cost up to twice bisection's count; bisection finishes.
+        bisect_next = bisect_next or (high - low) * 2 > width
     return low

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from cpu_step_rises import cpu_step_rises
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import memlab_rs
@@ -198,6 +198,7 @@ def test_the_search_finds_the_largest_size_that_fits_from_any_start(threshold, s
     start=st.integers(min_value=1, max_value=4096),
     limit=st.integers(min_value=1, max_value=1 << 16),
 )
+@example(base=0, slope=3990, curve=0, block=2 << 20, budget=6461607, start=1, limit=2047)
 @settings(max_examples=400, deadline=None)
 def test_the_interpolation_search_finds_what_brute_force_finds(
     base, slope, curve, block, budget, start, limit
