@@ -9,12 +9,15 @@ points of the step (module hooks, tensor hooks, an autograd function on the inpu
   parameter's gradient (``gradient_as_bucket_view=False``), allocated when DDP is built and
   rebuilt in the order gradients arrived at the second step's forward; the buffers'
   broadcast (``broadcast_buffers=True``) flattens them into one tensor per dtype before
-  each forward. The first step's buckets outlive the rebuild: the first step's all-reduces
-  hold them (NCCL's work objects keep their tensors until its watchdog thread reaps the
-  finished work, about every 100 ms), so the second step ran with both sets on two H200s for
-  most models measured (``bench/results/parallel_check_*``); on CUDA the estimate keeps them
-  to the end of the second step, the bound that step must fit. Later steps have one set. On
-  the CPU (gloo, or the fake group the tests use) they go at the rebuild.
+  each forward. On CUDA a real step after the first peaks either as with one set of
+  buckets or as with two, rank by rank and step by step: bucket-sized memory that NCCL
+  keeps alive asynchronously (after the rebuild the first step's buckets, held by its
+  all-reduces until NCCL lets the finished work go; the cause of the same rise at later
+  steps is not pinned down). Measured on two H200s (``bench/results/parallel_check_*``),
+  every later step of 12 models peaked at one of the two, within 0.1%. So the estimate
+  keeps the first step's buckets to the end of the second step, the bound, and runs a
+  third step with one set, the floor. On the CPU (gloo, or the fake group the tests use)
+  they go at the rebuild, and two steps are run.
 - ``FSDP2Rank`` (``fully_shard`` on each repeated block, then on the model; default
   arguments, no mixed-precision policy): each parameter lives as its dim-0 shard (padded to
   ``ceil(rows / world_size)`` rows), and so do its gradient and the optimizer's state. A
@@ -93,6 +96,9 @@ class DDPRank:
         self.book = book
         self.world_size = world_size
         self.nccl = nccl
+        # On CUDA a third step: the second holds two bucket sets (the bound), the third one
+        # (the floor).
+        self.extra_steps = 1 if nccl else 0
         trainable = list(dict.fromkeys(p for p in fmodel.parameters() if p.requires_grad))
         self.bucket_bytes = _bucket_sizes(trainable)
         self.parameters = len(trainable)
@@ -148,7 +154,13 @@ class DDPRank:
             f"DDP, {self.world_size} ranks: parameters, gradients and optimizer state "
             f"replicated; {len(self.bucket_bytes)} gradient buckets ({total} bytes) beside "
             "the gradients (gradient_as_bucket_view=False), rebuilt at the second step"
-            + (" while NCCL still holds the first step's (to its end)" if self.nccl else "")
+            + (
+                "; on CUDA a later step peaks as with one set or as with two, as NCCL lets "
+                "memory go: step 2 counts two (the bound a step must fit), step 3 one (the "
+                "floor)"
+                if self.nccl
+                else ""
+            )
             + (", the buffers broadcast before each forward" if self.broadcast else "")
         )
 
@@ -223,6 +235,7 @@ class FSDP2Rank:
     """Rank 0 of ``fully_shard`` on each repeated block of the model, then on the model."""
 
     shards_parameters = True
+    extra_steps = 0
 
     def __init__(self, book: Book, fmodel: nn.Module, world_size: int, run_on: torch.device):
         self.book = book

@@ -210,6 +210,8 @@ def _record(
         gpu_shape=_cuda_reduce.device_shape(target) if cuda else None,
     )
     steps = 2 if opt is not None and backward else 1
+    if steps == 2 and dp is not None:
+        steps += dp.extra_steps  # DDP on CUDA: the second step is a bound, the third steady
     with mode:
         amp = _amp.Amp(autocast, grad_scaler, dispatch, run_on)
     try:

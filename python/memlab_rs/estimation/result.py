@@ -19,8 +19,10 @@ class MemoryEstimate(results.SavedResult):
     ``peak_allocated`` predicts ``torch.cuda.max_memory_allocated()`` (or the CPU source's
     peak) of the step, starting from the parameters, buffers and inputs already on the
     device; ``peak_step`` says whether the first step (which creates the optimizer state) or
-    the second, steady one peaks. Every figure is defined in docs/guide.md. ``save(path)``
-    writes an ``estimate`` result file; ``memlab_rs.load`` reads it back, rendering the same.
+    the second, steady one peaks (under DDP on CUDA the second is a bound and a third the
+    floor). With ``world_size`` above 1 the figures are rank 0's. Every figure is defined
+    in docs/guide.md. ``save(path)`` writes an ``estimate`` result file; ``memlab_rs.load``
+    reads it back, rendering the same.
 
     >>> import os, tempfile, torch, memlab_rs
     >>> est = memlab_rs.estimate(torch.nn.Linear(10, 10), torch.zeros(2, 10), device="cpu")

@@ -121,8 +121,13 @@ def test_on_cuda_the_first_steps_buckets_last_through_the_second():
     cuda = estimate(model, inputs, optimizer=OPTIMIZERS["sgd"], loss_fn=loss_fn,
                     device="cuda", world_size=2, parallel="ddp")  # fmt: skip
     assert cpu.collective_buffers == trainable
-    # One bucket (under 1 MiB), rounded to the caching allocator's 512 bytes, twice.
-    assert cuda.peak_step == 2 and cuda.collective_buffers == 2 * (-(-trainable // 512) * 512)
+    assert sorted(cpu.step_peaks) == [1, 2]
+    # One bucket (under 1 MiB), rounded to the caching allocator's 512 bytes, twice: step 2
+    # is the bound; a third step, the steady one, holds one set.
+    bucket = -(-trainable // 512) * 512
+    assert cuda.peak_step == 2 and cuda.collective_buffers == 2 * bucket
+    assert sorted(cuda.step_peaks) == [1, 2, 3]
+    assert cuda.step_peaks[2] - cuda.step_peaks[3] == bucket
 
 
 @pytest.mark.parametrize(
