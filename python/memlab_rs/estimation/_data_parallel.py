@@ -411,26 +411,25 @@ class FSDP2Rank:
         )
 
 
-def _grad_tensors(value: Any) -> list[torch.Tensor]:
+def _grad_tensors(value: Any, found: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The tensors needing grad in a module's output (tensors, sequences, mappings,
-    dataclasses such as transformers' ModelOutput)."""
-    found: list[torch.Tensor] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, torch.Tensor):
-            if v.requires_grad:
-                found.append(v)
-        elif isinstance(v, Mapping):
-            for item in v.values():
-                walk(item)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                walk(item)
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            for f in dataclasses.fields(v):
-                walk(getattr(v, f.name))
-
-    walk(value)
+    dataclasses such as transformers' ModelOutput). A plain recursive function: a nested
+    one that calls itself is a reference cycle, which would keep the list, and the tensors
+    in it, alive until the garbage collector ran (moving their frees in the recording)."""
+    if found is None:
+        found = []
+    if isinstance(value, torch.Tensor):
+        if value.requires_grad:
+            found.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _grad_tensors(item, found)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _grad_tensors(item, found)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _grad_tensors(getattr(value, f.name), found)
     return found
 
 
