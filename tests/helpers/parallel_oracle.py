@@ -8,9 +8,10 @@ FSDP2 frees and re-allocates its unsharded parameters by resizing their storages
 (``_fsdp_param.alloc_storage / free_storage``), which no op shows: those two functions are
 wrapped here to record the resizes. Everything else is what torch's code allocates.
 
-Run as a script (``python parallel_oracle.py MODE MODEL WORLD_SIZE OPTIMIZER [ckpt]``: the
-fake process group is process-wide; ``ckpt`` checkpoints the repeated blocks first, as
-``estimate(checkpointing=True)`` does): prints ``{"step_peaks": {step: bytes}}``. MODEL is a
+Run as a script (``python parallel_oracle.py MODE MODEL WORLD_SIZE OPTIMIZER [ckpt] [bf16]``:
+the fake process group is process-wide; ``ckpt`` checkpoints the repeated blocks first, as
+``estimate(checkpointing=True)`` does; ``bf16`` casts the model and inputs to bfloat16, as
+``estimate(dtype=torch.bfloat16)`` does): prints ``{"step_peaks": {step: bytes}}``. MODEL is a
 name of ``parallel_models.MODELS`` or ``stack:IN,HIDDEN,WIDTH,DEPTH,OUT,BATCH`` (an MLP of
 those sizes).
 """
@@ -87,12 +88,17 @@ _in_place.__annotations__ = {
 
 def main() -> None:
     mode, name, world_size, optimizer = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    checkpointing = sys.argv[5:] == ["ckpt"]
+    checkpointing = "ckpt" in sys.argv[5:]
+    bf16 = "bf16" in sys.argv[5:]
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     torch.manual_seed(0)
     model, inputs = model_named(name)
+    if bf16:  # as estimate(dtype=torch.bfloat16): the model and its float inputs cast
+        model = model.to(torch.bfloat16)
+        if inputs.is_floating_point():
+            inputs = inputs.to(torch.bfloat16)
     if checkpointing:
         checkpoint_blocks(model)
     book = fs.Book("cpu")

@@ -25,23 +25,27 @@ from memlab_rs import estimate, max_batch_size, plan
 ORACLE = os.path.join(os.path.dirname(__file__), "..", "..", "helpers", "parallel_oracle.py")
 
 
-def oracle(mode: str, name: str, world_size: int, optimizer: str, ckpt: bool = False) -> dict:
+def oracle(
+    mode: str, name: str, world_size: int, optimizer: str, ckpt: bool = False, bf16: bool = False
+) -> dict:
     """Step peaks of torch's own DDP or FSDP2 on `name` (in an interpreter of its own: the
     fake process group is process-wide)."""
     args = [sys.executable, ORACLE, mode, name, str(world_size), optimizer]
-    done = subprocess.run(
-        args + (["ckpt"] if ckpt else []), capture_output=True, text=True, timeout=300
-    )
+    args += (["ckpt"] if ckpt else []) + (["bf16"] if bf16 else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     peaks = json.loads(done.stdout.strip().splitlines()[-1])["step_peaks"]
     return {int(k): v for k, v in peaks.items()}
 
 
-def estimated(mode: str, name: str, world_size: int, optimizer: str, ckpt: bool = False):
+def estimated(
+    mode: str, name: str, world_size: int, optimizer: str, ckpt: bool = False, bf16: bool = False
+):
     model, inputs = model_named(name)
     return estimate(
         model, inputs, optimizer=OPTIMIZERS[optimizer], loss_fn=loss_fn, device="cpu",
         world_size=world_size, parallel=mode, checkpointing=ckpt,
+        dtype=torch.bfloat16 if bf16 else None,
     )  # fmt: skip
 
 
@@ -65,6 +69,14 @@ def test_one_rank_is_what_torchs_own_wrapper_allocates(mode, name, world_size, o
     assert est.step_peaks == oracle(mode, name, world_size, optimizer, ckpt)
     assert (est.world_size, est.parallel) == (world_size, mode)
     assert est.collective_buffers > 0
+
+
+@pytest.mark.parametrize("mode,name", [("fsdp2", "tinygpt"), ("ddp", "cnn")])
+def test_in_bfloat16_too(mode, name):
+    """``dtype=torch.bfloat16``: the model and its float inputs cast, as ``model.to``."""
+    assert estimated(mode, name, 2, "adamw", bf16=True).step_peaks == oracle(
+        mode, name, 2, "adamw", bf16=True
+    )
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
