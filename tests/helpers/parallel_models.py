@@ -46,6 +46,11 @@ def _wide() -> tuple[nn.Module, Any]:  # 50 MB of parameters: DDP fills several 
     return _Stack((300, 2048), 1024, 3, 10), torch.randn(8, 300)
 
 
+def _blocks_only() -> tuple[nn.Module, Any]:  # every parameter in a block: the root has none
+    blocks = [nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64)) for _ in range(3)]
+    return nn.Sequential(*blocks), torch.randn(16, 64)
+
+
 def _tinygpt() -> tuple[nn.Module, Any]:
     model = TinyGPT(vocab=256, dim=64, layers=3, heads=4, context=32)
     return model, torch.randint(0, 256, (4, 32))
@@ -66,6 +71,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, Any]]] = {
     "mlp": _mlp,
     "ragged": _ragged,
     "wide": _wide,
+    "blocks_only": _blocks_only,
     "tinygpt": _tinygpt,
     "cnn": _cnn,
 }

@@ -248,11 +248,16 @@ class FSDP2Rank:
         for module in [*blocks, fmodel]:
             params = [p for p in module.parameters() if p not in claimed]
             claimed.update(params)
+            if not params:  # fully_shard makes no parameter group: nothing to gather
+                continue
             shards = [self._shard(p) for p in params]
             unit = _Unit(module, params, shards, world_size, root=module is fmodel)
             self.units.append(unit)
             module.register_forward_pre_hook(self._pre_forward_hook(unit), with_kwargs=True)
             module.register_forward_hook(self._post_forward_hook(unit))
+        # The root's state, with or without parameters, frees the forward's last all-gather
+        # buffer once its forward is done (after its own group's post-forward).
+        fmodel.register_forward_hook(self._root_post_forward)
         self.blocks = len(blocks)
         # What comm_ctx holds between units: the forward's last all-gather buffer, the last
         # reduce-scatter input, the order units finished their forwards.
@@ -335,11 +340,13 @@ class FSDP2Rank:
                 for t in _grad_tensors(output):
                     t.register_hook(self._pre_backward_hook(unit))
             unit.state = "idle"
-            if unit.root and self.all_gather_state is not None:
-                self.book.release(self.all_gather_state)
-                self.all_gather_state = None
 
         return hook
+
+    def _root_post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.all_gather_state is not None:
+            self.book.release(self.all_gather_state)
+            self.all_gather_state = None
 
     def _pre_backward_hook(self, unit: _Unit) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
@@ -383,7 +390,8 @@ class FSDP2Rank:
     def after_backward(self) -> None:
         """The root's final callback: post-backward of units whose inputs needed no grad
         (the root, usually), then the held buffers released and the order cleared."""
-        for unit in self.units[-1:] + self.units[:-1]:  # all_states: the root first
+        root_first = sorted(self.units, key=lambda unit: not unit.root)  # as all_states
+        for unit in root_first:
             if unit.state != "post_backward":
                 self._post_backward(unit)
             unit.state = "idle"

@@ -60,6 +60,7 @@ CASES = [
     ("fsdp2", "tinygpt", 3, "sgd", True),  # checkpointed blocks recompute in backward
     ("fsdp2", "cnn", 2, "adamw", False),
     ("fsdp2", "wide", 2, "adamw", False),
+    ("fsdp2", "blocks_only", 2, "adamw", False),  # a root without parameters: no group
 ]
 
 
