@@ -66,6 +66,15 @@ fn one() -> u64 {
 /// The data-parallel modes an estimate models.
 pub const PARALLEL_MODES: [&str; 2] = ["ddp", "fsdp2"];
 
+/// A data-parallel mode as the text names it: "DDP", "FSDP2".
+pub fn mode_label(mode: &str) -> &str {
+    match mode {
+        "ddp" => "DDP",
+        "fsdp2" => "FSDP2",
+        other => other,
+    }
+}
+
 impl Estimate {
     /// The rules the derive cannot state: step numbers as `step_peaks`' keys, a phase of
     /// the peak that names a phase, the activations at the peak among the categories.
@@ -147,12 +156,17 @@ impl Estimate {
     /// Whose memory the figures are, under data parallelism: "rank 0 of 2 under FSDP2
     /// (fully_shard per repeated block)".
     pub fn parallelism(&self) -> Option<String> {
-        let mode = match self.parallel.as_deref()? {
-            "ddp" => "DDP",
-            "fsdp2" => "FSDP2 (fully_shard per repeated block)",
-            other => other,
+        let mode = self.parallel.as_deref()?;
+        let how = if mode == "fsdp2" {
+            " (fully_shard per repeated block)"
+        } else {
+            ""
         };
-        Some(format!("rank 0 of {} under {mode}", self.world_size))
+        Some(format!(
+            "rank 0 of {} under {}{how}",
+            self.world_size,
+            mode_label(mode)
+        ))
     }
 
     /// The figures as the modelsize-style lines print them: (what, bytes, what follows).

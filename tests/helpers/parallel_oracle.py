@@ -27,9 +27,9 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_flatten
 
-from memlab_rs import _core
 from memlab_rs.estimation import _fake_step as fs
 from memlab_rs.estimation.checkpointing import checkpoint_blocks, repeated_blocks
+from memlab_rs.estimation.estimator import replay, step_peaks_of
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from parallel_models import OPTIMIZERS, loss_fn, model_named  # noqa: E402
@@ -142,16 +142,8 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
             del out, loss
     book.sealed = True
-    recording = {
-        "device_type": "cpu",
-        "events": book.events,
-        "categories": book.categories,
-        "n_categories": len(fs.REPLAY_CATEGORIES),
-        "n_phases": len(book.phase_names),
-    }
-    r = json.loads(_core.estimate.replay(json.dumps(recording)))
-    peaks = dict(zip(book.phase_names, r["phase_peaks"]))
-    step_peaks = {s: max(v for n, v in peaks.items() if n.endswith(f" {s}")) for s in (1, 2)}
+    r = replay(book)
+    step_peaks = step_peaks_of(dict(zip(book.phase_names, r["phase_peaks"])), 2)
     print(json.dumps({"step_peaks": step_peaks}))
 
 

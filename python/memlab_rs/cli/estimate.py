@@ -35,6 +35,8 @@ OPTIMIZERS: dict[str, tuple[str, dict[str, Any]]] = {
 #: The precisions ``memlab_rs.plan`` takes (``estimation.what_if.PRECISIONS``), listed here
 #: so that ``--help`` imports no torch (a contract test keeps the two lists equal).
 PRECISIONS = ("as given", "fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+#: The data-parallel modes (``estimation._data_parallel.MODES``), for the same reason.
+PARALLEL_MODES = ("ddp", "fsdp2")
 
 
 class EstimateCommand(Command):
@@ -106,7 +108,7 @@ class EstimateCommand(Command):
             help="ranks of data parallelism: every figure is one rank's (default 1)",
         )  # fmt: skip
         parser.add_argument(
-            "--parallel", choices=("ddp", "fsdp2"),
+            "--parallel", choices=PARALLEL_MODES,
             help="the baseline's data-parallel mode (needed with --world-size above 1; the "
                  "other mode is tried too)",
         )  # fmt: skip

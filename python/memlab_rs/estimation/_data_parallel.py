@@ -207,22 +207,15 @@ def _flat_groups(tensors: list[torch.Tensor]) -> list[int]:
 
 @dataclasses.dataclass(eq=False)
 class _Unit:
-    """One ``fully_shard`` call: its module, its parameters and their shards."""
+    """One ``fully_shard`` call: its parameters and their shards, and where it is."""
 
-    module: nn.Module
     params: list[nn.Parameter]
     shards: list[nn.Parameter]
-    world_size: int
     root: bool
     state: str = "idle"  # idle, forward, pre_backward, post_backward
     unsharded: list[int] | None = None  # the held unsharded parameters
     pending: int | None = None  # an all-gather buffer not yet copied out
     post_forward_indices: list[int] = dataclasses.field(default_factory=list)
-
-    @property
-    def gather_bytes(self) -> int:
-        """The all-gather buffer: every rank's padded shards, one after the other."""
-        return sum(_nbytes(s) for s in self.shards) * self.world_size
 
 
 def _shard_shape(p: torch.Tensor, world_size: int) -> tuple[int, ...]:
@@ -251,7 +244,7 @@ class FSDP2Rank:
             if not params:  # fully_shard makes no parameter group: nothing to gather
                 continue
             shards = [self._shard(p) for p in params]
-            unit = _Unit(module, params, shards, world_size, root=module is fmodel)
+            unit = _Unit(params, shards, root=module is fmodel)
             self.units.append(unit)
             module.register_forward_pre_hook(self._pre_forward_hook(unit), with_kwargs=True)
             module.register_forward_hook(self._post_forward_hook(unit))
@@ -290,7 +283,9 @@ class FSDP2Rank:
     def _unshard(self, unit: _Unit) -> None:
         if unit.pending is not None or unit.unsharded is not None:
             return
-        unit.pending = self.book.held(unit.gather_bytes, "FSDP2 all-gather buffer", "collective")
+        # Every rank's padded shards, one after the other.
+        gathered = sum(_nbytes(s) for s in unit.shards) * self.world_size
+        unit.pending = self.book.held(gathered, "FSDP2 all-gather buffer", "collective")
 
     def _wait_for_unshard(self, unit: _Unit) -> None:
         if unit.pending is None:

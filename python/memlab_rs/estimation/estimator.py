@@ -315,15 +315,7 @@ def _result(
     parallel,
 ) -> MemoryEstimate:  # fmt: skip
     names = book.phase_names
-    recording = {
-        "device_type": "cuda" if book.device_type == "cuda" else "cpu",
-        "events": book.events,
-        "categories": book.categories,
-        "n_categories": len(REPLAY_CATEGORIES),
-        "n_phases": len(names),
-    }
-    # The recording crosses once, and the replay's figures come back once.
-    r = json.loads(_core.estimate.replay(json.dumps(recording, separators=(",", ":"))))
+    r = replay(book)
     if r["unmatched_frees"]:
         notes.append(f"{r['unmatched_frees']} frees of unknown storages ignored")
     end = {n: dict(zip(REPLAY_CATEGORIES, v)) for n, v in zip(names, r["phase_end_by_category"])}
@@ -338,9 +330,6 @@ def _result(
     last = lambda prefix, cat: max(  # noqa: E731
         (v[cat] for n, v in end.items() if n.startswith(prefix)), default=0
     )
-    step_peaks = {
-        s: max(v for n, v in peaks.items() if n.endswith(f" {s}")) for s in range(1, steps + 1)
-    }
     peak_phase = names[r["peak_phase"]]
     workspaces = max(v["workspace"] for v in end.values())
     at_peak = dict(zip(REPLAY_CATEGORIES, r["peak_by_category"]))
@@ -362,7 +351,7 @@ def _result(
         peak_by_category=_public(at_peak),
         phase_peaks=peaks,
         phase_ends={n: sum(v.values()) for n, v in end.items()},
-        step_peaks=step_peaks,
+        step_peaks=step_peaks_of(peaks, steps),
         peak_reserved=r["peak_reserved"],
         workspaces=workspaces,
         allocations=len(book.categories),
@@ -375,6 +364,30 @@ def _result(
         collective_buffers=at_peak["collective"],
         meta=results.run_meta(str(device)),
     )
+
+
+def replay(book: Book) -> dict[str, Any]:
+    """`book`'s recording replayed through the allocator model of its device
+    (``src/estimate``): the recording crosses once, and the replay's figures come back once."""
+    recording = {
+        "device_type": "cuda" if book.device_type == "cuda" else "cpu",
+        "events": book.events,
+        "categories": book.categories,
+        "n_categories": len(REPLAY_CATEGORIES),
+        "n_phases": len(book.phase_names),
+    }
+    result: dict[str, Any] = json.loads(
+        _core.estimate.replay(json.dumps(recording, separators=(",", ":")))
+    )
+    return result
+
+
+def step_peaks_of(phase_peaks: dict[str, int], steps: int) -> dict[int, int]:
+    """The peak of each step 1..`steps`: the highest of its phases ("forward 2", ...)."""
+    return {
+        s: max(v for n, v in phase_peaks.items() if n.endswith(f" {s}"))
+        for s in range(1, steps + 1)
+    }
 
 
 def _dtype_name(dtype: torch.dtype | None) -> str | None:

@@ -3,6 +3,7 @@
 //! notes.
 
 use super::result::{Choice, Plan};
+use crate::estimate::result::mode_label;
 use crate::text::size::human_bytes;
 
 const HEAD: [&str; 9] = [
@@ -112,12 +113,7 @@ fn setting(row: &Choice) -> String {
 
 /// The row's data-parallel mode as the table names it.
 fn mode(row: &Choice) -> String {
-    match row.parallel.as_deref() {
-        Some("ddp") => "DDP".into(),
-        Some("fsdp2") => "FSDP2".into(),
-        Some(other) => other.into(),
-        None => "-".into(),
-    }
+    row.parallel.as_deref().map_or("-", mode_label).to_string()
 }
 
 fn versus(i: usize, reserved: u64, baseline: Option<u64>) -> String {

@@ -10,7 +10,9 @@ import torch
 from cli_in_process import cli_in_process, one_line_error
 
 import memlab_rs
+from memlab_rs.cli.estimate import PARALLEL_MODES as CLI_PARALLEL_MODES
 from memlab_rs.cli.estimate import PRECISIONS as CLI_PRECISIONS
+from memlab_rs.estimation._data_parallel import MODES as PARALLEL_MODES
 from memlab_rs.estimation.what_if import PRECISIONS
 
 FACTORY = """
@@ -79,8 +81,9 @@ def test_bad_factories_are_one_line(tmp_path: Path):
     assert "no such file" in error("gone.py:make")
 
 
-def test_the_precisions_offered_are_the_plans():
+def test_the_precisions_and_modes_offered_are_the_plans():
     assert tuple(PRECISIONS) == CLI_PRECISIONS
+    assert PARALLEL_MODES == CLI_PARALLEL_MODES
 
 
 def test_per_rank_plans_take_the_world_size_and_mode(tmp_path: Path):
