@@ -37,6 +37,7 @@ the caching allocator and are not counted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -81,6 +82,19 @@ def make(
     if parallel == "fsdp2":
         return FSDP2Rank(book, fmodel, world_size, run_on)
     return None
+
+
+@functools.cache
+def _releases_before_copy_out() -> bool:
+    """Whether this torch's FSDP2 frees the previous unit's all-gather buffer before the
+    copy-out of the next: it does from the release that moved the free into
+    ``FSDPCommContext.release_all_gather_state_for_comm_reuse``. Before, ``wait_for_unshard``
+    bound the state to a local (``prev_all_gather_state``), which kept it to the return."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPCommContext
+    except ImportError:  # no FSDP2 in this torch: the newest behaviour
+        return True
+    return hasattr(FSDPCommContext, "release_all_gather_state_for_comm_reuse")
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -291,9 +305,13 @@ class FSDP2Rank:
         if unit.pending is None:
             return
         forward = unit.state == "forward"
-        if forward and self.all_gather_state is not None:
-            self.book.release(self.all_gather_state)  # the previous unit's, kept for overlap
-            self.all_gather_state = None
+        # The previous unit's buffer, kept for overlap, goes before the copy-out; torch
+        # before 2.9 took it into a local of wait_for_unshard, which held it to the return.
+        previous = self.all_gather_state if forward else None
+        self.all_gather_state = None
+        if previous is not None and _releases_before_copy_out():
+            self.book.release(previous)
+            previous = None
         unit.unsharded = [
             self.book.held(_nbytes(s) * self.world_size, "FSDP2 unsharded parameter", "parameter")
             for s in unit.shards
@@ -303,6 +321,8 @@ class FSDP2Rank:
         else:
             self.book.release(unit.pending)
         unit.pending = None
+        if previous is not None:
+            self.book.release(previous)
 
     def _reshard(self, unit: _Unit) -> None:
         for ident in unit.unsharded or ():

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from parallel_models import OPTIMIZERS, loss_fn, model_named
 
@@ -94,6 +94,8 @@ def test_in_bfloat16_too(mode, name):
     world_size=st.integers(2, 8),
     optimizer=st.sampled_from(["adamw", "sgd"]),
 )
+# torch 2.8's FSDP2 held the previous unit's all-gather buffer through the next copy-out.
+@example(mode="fsdp2", dims=(7, 1, 1, 2, 1, 1), world_size=2, optimizer="adamw")
 def test_random_stacks_match_torchs_wrappers(mode, dims, world_size, optimizer):
     name = "stack:" + ",".join(str(d) for d in dims)
     assert estimated(mode, name, world_size, optimizer).step_peaks == oracle(
