@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
 from . import _cuda_blas, _cuda_reduce, _cuda_softmax
+from ._kernel_probe import PROBED_OPS, KernelProbe
 from ._known_values import KnownValues
 
 ALLOC, FREE, PHASE = 0, 1, 2
@@ -198,9 +199,13 @@ class _Recorder(TorchDispatchMode):
         below: Callable[[], Any] | None = None,
         known: KnownValues | None = None,
         gpu_shape: tuple[int, int] | None = None,
+        probe: KernelProbe | None = None,
     ):
         super().__init__()
         self.book = book
+        # Measures on the device the workspaces of kernels no rule here predicts.
+        self.probe = probe
+        self.probed_ops_seen = False
         # (SMs, threads per SM) of the GPU modelled: the reductions' scratch depends on it.
         self.gpu_shape = gpu_shape
         self.known = known
@@ -231,6 +236,11 @@ class _Recorder(TorchDispatchMode):
             elif func._schema.is_mutable:  # answered in place (x[mask] = v): its value too
                 self.known.follow(func, args, kwargs, out)
         name = str(func)
+        if name in PROBED_OPS:
+            self.probed_ops_seen = True
+            events = self.probe.events(name, args, kwargs) if self.probe is not None else None
+            if events:
+                self._replay_kernel(name, events, out)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.book.see(t, name)
@@ -250,6 +260,29 @@ class _Recorder(TorchDispatchMode):
                     self.given.add((thread, kind))
                     self.book.synthetic(nbytes, f"{kind} workspace, {thread} thread")
         return out
+
+    def _replay_kernel(self, name: str, events: list[list], out: Any) -> None:
+        """The device's trace of op `name` (``_kernel_probe._events``) in the op's place:
+        each output block is the op's output storage of that size (in the allocator's
+        rounding), each scratch block an allocation of its own, freed where it was."""
+        pending: dict[int, torch.Tensor] = {}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and self.book.counts(t):
+                if self.book.storage_id(t) is None:
+                    pending.setdefault(t.untyped_storage()._cdata, t)
+        cuda = self.book.device_type == "cuda"
+        scratch: dict[int, int] = {}
+        for i, (kind, value) in enumerate(events):
+            if kind == "o":
+                for key, t in pending.items():
+                    nbytes = t.untyped_storage().nbytes()
+                    if (max(512, -(-nbytes // 512) * 512) if cuda else nbytes) == value:
+                        self.book.see(pending.pop(key), name)
+                        break
+            elif kind == "a":
+                scratch[i] = self.book.held(value, f"{name} workspace (measured)", "temporary")
+            elif value in scratch:
+                self.book.release(scratch.pop(value))
 
 
 def _kernel_scratch(

@@ -22,7 +22,7 @@ import torch
 
 from .. import _args, _core, _torch, results
 from .._categories import CATEGORIES
-from . import _amp, _cuda_reduce, _data_parallel
+from . import _amp, _cuda_reduce, _data_parallel, _kernel_probe
 from ._cuda_dispatch import CudaDispatch
 from ._fake_step import (
     REPLAY_CATEGORIES,
@@ -66,8 +66,10 @@ def estimate(
     checkpointing: bool = False,
     world_size: int = 1,
     parallel: str | None = None,
+    measure_kernels: bool = True,
 ) -> MemoryEstimate:
-    """Estimate the memory of one training step of `model` on `device`, allocating nothing.
+    """Estimate the memory of one training step of `model` on `device`, allocating nothing
+    on it (but for `measure_kernels`).
 
     - `example_inputs`: a tensor, a tuple of positional inputs, or a dict of keyword inputs
       (real, meta or fake tensors: only their shapes and dtypes are used).
@@ -93,6 +95,11 @@ def estimate(
       then on the model: rank 0's shards of the parameters, gradients and optimizer state,
       the unsharded parameters of the units being run and the all-gather and reduce-scatter
       buffers), both with their default arguments (``estimation._data_parallel``).
+    - `measure_kernels`: the convolutions' workspaces (cuDNN's, oneDNN's) are the library's
+      choice on the machine, not a function of the shapes: each distinct convolution of the
+      step runs once, for real, in a separate process on `device` when this machine has
+      it, and what it held above its end counts (``estimation._kernel_probe``). False:
+      nothing runs, and those workspaces are not counted.
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
@@ -111,6 +118,10 @@ def estimate(
         raise TypeError(f"backward must be True or False, got {_args.shown(backward)}")
     if not isinstance(checkpointing, bool):
         raise TypeError(f"checkpointing must be True or False, got {_args.shown(checkpointing)}")
+    if not isinstance(measure_kernels, bool):
+        raise TypeError(
+            f"measure_kernels must be True or False, got {_args.shown(measure_kernels)}"
+        )
     _amp.check(autocast, grad_scaler, backward)
     _data_parallel.check(world_size, parallel)
     target = _target(device)
@@ -122,30 +133,41 @@ def estimate(
     # reads a value nobody knows here (one computed from the weights), again with the
     # libraries told the truth, taking the path they take under tracing.
     recorded = None
-    for eager in (True, False):
-        notes.clear()
-        with eager_libraries() if eager else contextlib.nullcontext(False) as told:
-            try:
-                recorded = _record(*step, target, backward, autocast, grad_scaler, notes)
-                break
-            except _DATA_DEPENDENT as error:
-                if not told:
-                    raise _unanswerable(error) from error
+    why_not = _kernel_probe.available(target) if measure_kernels else "measure_kernels=False"
+    probe = _kernel_probe.KernelProbe(target) if why_not is None else None
+    try:
+        for eager in (True, False):
+            notes.clear()
+            with eager_libraries() if eager else contextlib.nullcontext(False) as told:
+                try:
+                    recorded = _record(*step, target, backward, autocast, grad_scaler, notes, probe)
+                    break
+                except _DATA_DEPENDENT as error:
+                    if not told:
+                        raise _unanswerable(error) from error
+    finally:
+        if probe is not None:
+            probe.close()
     assert recorded is not None  # the second try returns or raises
     if not eager:
         notes.append(
             "the step reads a value computed from the weights: transformers ran its "
             "graph-safe path (as under torch.compile), which may differ from an eager step"
         )
-    book, amp, steps = recorded
+    book, amp, steps, convolutions = recorded
     if cuda:
         autocasts = "autocast, " if autocast is not None else ""
         notes.append(
             f"CUDA emulated on fake meta tensors: {autocasts}fused dropout, SDPA kernel as "
             "on sm80+, cuDNN batch norm, fused RMSNorm, cuBLAS workspaces, sum and mean's "
             "staging buffers, cuBLAS's copies of operands it cannot read, softmax backward's "
-            "buffer; cuDNN workspaces and other kernels' internal scratch not counted"
+            "buffer; other kernels' internal scratch not counted"
         )
+    if probe is not None:
+        notes.extend(probe.describe())
+    elif convolutions:
+        what = "cuDNN workspaces" if cuda else "oneDNN scratch"
+        notes.append(f"convolutions' {what} not counted ({why_not})")
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")
     return _result(model, target, dtype, amp, book, steps, started, notes, world_size, parallel)
@@ -159,15 +181,17 @@ def _unanswerable(error: Exception) -> FakeStepError:
 
 def _record(
     model, example_inputs, targets, optimizer, optimizer_kwargs, loss_fn, dtype,
-    checkpointing, data_parallel, target, backward, autocast, grad_scaler, notes,
+    checkpointing, data_parallel, target, backward, autocast, grad_scaler, notes, probe,
 ):  # fmt: skip
-    """The step on fake tensors, recorded: (book, amp, steps)."""
+    """The step on fake tensors, recorded: (book, amp, steps, whether it convolved)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cuda = target.type == "cuda"
     run_on = torch.device("meta") if cuda else torch.device("cpu")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     book = Book("cuda" if cuda else "cpu")
+    if probe is not None:
+        probe.begin()
     known = KnownValues()
     book.phase_begin("setup")
     fmodel = fake_model(model, mode, run_on, dtype, known)
@@ -208,6 +232,7 @@ def _record(
         dispatch.exclude_below if dispatch else None,
         known,
         gpu_shape=_cuda_reduce.device_shape(target) if cuda else None,
+        probe=probe,
     )
     steps = 2 if opt is not None and backward else 1
     if steps == 2 and dp is not None:
@@ -229,7 +254,7 @@ def _record(
             raise reason from error
         raise
     book.sealed = True  # before the fake model, optimizer and inputs go
-    return book, amp, steps
+    return book, amp, steps, recorder.probed_ops_seen
 
 
 def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp, dp) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .. import _args
-from . import _amp, _data_parallel
+from . import _amp, _data_parallel, _kernel_probe
 from .estimator import OptimizerSpec, _check_step, _target, estimate
 
 
@@ -30,6 +30,7 @@ def max_batch_size(
     grad_scaler: bool = False,
     world_size: int = 1,
     parallel: str | None = None,
+    measure_kernels: bool = True,
 ) -> int:
     """The largest batch size whose estimated step fits `budget` (0 if none does), at most
     `limit`.
@@ -39,7 +40,8 @@ def max_batch_size(
     size memlab_rs takes (``"40GiB"``, ``"40 GB"``: ``parse_size``); it defaults to the
     device's free memory now (CUDA only: without a GPU give it). `measure`: ``"reserved"``
     (the modelled segments, what must fit) or ``"allocated"``. `autocast`,
-    `grad_scaler`, `world_size` and `parallel` are ``estimate``'s (the batch is per rank).
+    `grad_scaler`, `world_size`, `parallel` and `measure_kernels` are ``estimate``'s (the
+    batch is per rank; one worker process measures the kernels for the whole search).
     Exponential search from 1, then an interpolation search (``largest_within``).
 
     >>> import torch
@@ -51,6 +53,10 @@ def max_batch_size(
     _check_step(model, optimizer, optimizer_kwargs, loss_fn)
     _data_parallel.check(world_size, parallel)
     _amp.check(autocast, grad_scaler, True)
+    if not isinstance(measure_kernels, bool):
+        raise TypeError(
+            f"measure_kernels must be True or False, got {_args.shown(measure_kernels)}"
+        )
     _args.function(make_inputs, "make_inputs", "a function of the batch size")
     if make_targets is not None:
         _args.function(make_targets, "make_targets", "a function of the batch size")
@@ -81,10 +87,12 @@ def max_batch_size(
             grad_scaler=grad_scaler,
             world_size=world_size,
             parallel=parallel,
+            measure_kernels=measure_kernels,
         )
         return est.peak_reserved if measure == "reserved" else est.peak_allocated
 
-    return largest_within(need, budget, limit)
+    with _kernel_probe.held_open():
+        return largest_within(need, budget, limit)
 
 
 def _extrapolated(at: Callable[[int], int], a: int, b: int, budget: int) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import _args, _core, results
-from . import _amp, _data_parallel
+from . import _amp, _data_parallel, _kernel_probe
 from ._fake_step import FakeStepError
 from ._optimizer import OptimizerSpec
 from .estimator import _check_step, _target, estimate
@@ -85,6 +85,7 @@ def plan(
     world_size: int = 1,
     parallel: str | None = None,
     try_parallel: bool = True,
+    measure_kernels: bool = True,
 ) -> MemoryPlan:
     """The peak of one training step over the choices people make, each changed alone from
     the baseline (`size`, `precision`, `checkpointing`, `optimizer`), as a table.
@@ -104,6 +105,8 @@ def plan(
     - `world_size` and `parallel` (``"ddp"`` or ``"fsdp2"``): every row is one rank's step
       (``estimate``'s), `size` and the budget per rank; with more than one rank the other
       mode is tried too (`try_parallel`).
+    - `measure_kernels`: ``estimate``'s (the convolutions' workspaces measured on the
+      device, by one worker process for the whole plan).
 
     A row whose estimate cannot be made (``FakeStepError``, a model without repeated blocks
     to checkpoint) says why instead of its figures.
@@ -130,7 +133,8 @@ def plan(
         raise TypeError(f"size_name must be a name such as 'batch size', got {size_name!r}")
     _precision_name(precision, "precision")
     for flag, name in ((checkpointing, "checkpointing"), (try_checkpointing, "try_checkpointing"),
-                       (search, "search"), (try_parallel, "try_parallel")):  # fmt: skip
+                       (search, "search"), (try_parallel, "try_parallel"),
+                       (measure_kernels, "measure_kernels")):  # fmt: skip
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {_args.shown(flag)}")
     _data_parallel.check(world_size, parallel)
@@ -180,6 +184,7 @@ def plan(
                     checkpointing=settings.checkpointing,
                     world_size=world_size,
                     parallel=settings.parallel,
+                    measure_kernels=measure_kernels,
                     **PRECISIONS[settings.precision],
                 )
                 peaks[settings] = (est.peak_allocated, est.peak_reserved)
@@ -188,32 +193,37 @@ def plan(
         return peaks[settings]
 
     rows = []
-    for axis, settings in wanted:
-        found = peak(settings)
-        row: dict[str, Any] = {
-            "axis": axis,
-            "size": settings.size,
-            "precision": _precision_label(settings.precision, model),
-            "checkpointing": settings.checkpointing,
-            "optimizer": settings.optimizer,
-            "peak_allocated": None,
-            "peak_reserved": None,
-            "largest_size": None,
-            "error": None,
-            "parallel": settings.parallel,
-        }
-        if isinstance(found, str):
-            row["error"] = found
-        else:
-            row["peak_allocated"], row["peak_reserved"] = found
-            if search and budget_bytes is not None:
+    with _kernel_probe.held_open():  # one worker measures the kernels of every row
+        for axis, settings in wanted:
+            found = peak(settings)
+            row: dict[str, Any] = {
+                "axis": axis,
+                "size": settings.size,
+                "precision": _precision_label(settings.precision, model),
+                "checkpointing": settings.checkpointing,
+                "optimizer": settings.optimizer,
+                "peak_allocated": None,
+                "peak_reserved": None,
+                "largest_size": None,
+                "error": None,
+                "parallel": settings.parallel,
+            }
+            if isinstance(found, str):
+                row["error"] = found
+            else:
+                row["peak_allocated"], row["peak_reserved"] = found
+                if search and budget_bytes is not None:
 
-                def need(n: int, settings: _Settings = settings, budget: int = budget_bytes) -> int:
-                    at = peak(dataclasses.replace(settings, size=n))
-                    return budget + 1 if isinstance(at, str) else at[1]  # no estimate: no fit
+                    def need(
+                        n: int, settings: _Settings = settings, budget: int = budget_bytes
+                    ) -> int:
+                        at = peak(dataclasses.replace(settings, size=n))
+                        return budget + 1 if isinstance(at, str) else at[1]  # no estimate: no fit
 
-                row["largest_size"] = largest_within(need, budget_bytes, limit, start=settings.size)
-        rows.append(row)
+                    row["largest_size"] = largest_within(
+                        need, budget_bytes, limit, start=settings.size
+                    )
+            rows.append(row)
     if target.type == "cuda":
         notes.append(
             "peaks of the caching allocator as modelled for the step (parameters, buffers and "
