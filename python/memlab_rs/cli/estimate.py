@@ -115,6 +115,11 @@ class EstimateCommand(Command):
         parser.add_argument(
             "--limit", type=int, default=1 << 16, help="the largest size searched (default 65536)"
         )
+        parser.add_argument(
+            "--no-measure-kernels", action="store_true",
+            help="run no convolution on the device to measure its workspace (they are then "
+                 "not counted)",
+        )  # fmt: skip
         _arguments.format_argument(parser, ("text", "json"))
         parser.add_argument(
             "--save", metavar="FILE", help="also save the plan (memlab-rs show reads it)"
@@ -158,6 +163,7 @@ class EstimateCommand(Command):
             limit=args.limit,
             world_size=args.world_size,
             parallel=args.parallel,
+            measure_kernels=not args.no_measure_kernels,
         )
         if args.save:
             result.save(args.save)

@@ -29,6 +29,11 @@ def pair():
 
 def wrong():
     return 3
+
+def convs():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten())
+    return model, lambda n: torch.zeros(n, 3, 8, 8)
 """
 
 
@@ -104,3 +109,20 @@ def test_per_rank_plans_take_the_world_size_and_mode(tmp_path: Path):
         "estimate", "workloads:make", "--device", "cpu", "--world-size", "2", cwd=tmp_path
     )
     assert "world_size=2 needs a data-parallel mode" in one_line_error(refused, "estimate")
+
+
+def test_no_measure_kernels_is_the_plans_measure_kernels_false(tmp_path: Path):
+    (tmp_path / "workloads.py").write_text(FACTORY)
+    proc = cli_in_process(
+        "estimate", "workloads:convs", "--device", "cpu", "--budget", "1MiB", "--sizes",
+        "--precisions", "--optimizers", "--no-checkpointing-row", "--no-measure-kernels",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten())
+    expected = memlab_rs.plan(
+        model, lambda n: torch.zeros(n, 3, 8, 8), 8, "1MiB", device="cpu", sizes=[],
+        precisions=[], optimizers={}, try_checkpointing=False, measure_kernels=False,
+    )  # fmt: skip
+    assert proc.stdout == expected.text()
