@@ -1,7 +1,8 @@
 """memlab_rs.plan's answers run for real on the GPU (bench/plan_check.py): for each row of
-the plans of an MLP and the bundled TinyGPT, the largest size the plan says fits its budget
-fits in real steps (max_memory_reserved) and one size more does not; and with no budget a
-plan on a GPU takes what this process could have now."""
+the plans of an MLP, the bundled TinyGPT and ResNet-18 (its cuDNN workspaces measured by the
+estimate's kernel probe), the largest size the plan says fits its budget fits in real steps
+(max_memory_reserved) and one size more does not; and with no budget a plan on a GPU takes
+what this process could have now."""
 
 from __future__ import annotations
 
@@ -22,7 +23,18 @@ sys.modules["plan_check"] = bench  # its dataclass looks its module up there
 _spec.loader.exec_module(bench)
 
 
-@pytest.mark.parametrize("name", ["mlp", "tinygpt"])
+# ResNet-18 at a 3 GiB budget (batch ~900 at 64 x 64): with cuDNN's workspaces measured the
+# peak allocated is exact in the zoo, but the modelled peak reserved is 1-4% under the real
+# one (H200, torch 2.11: 3066 vs 3124 MiB fp32, 3052 vs 3170 bf16), so each row's answer is
+# one segment too large. The segments' cause is not found yet; strict, so a fix shows.
+RESNET18_RESERVED_GAP = pytest.mark.xfail(
+    strict=True, reason="ResNet-18's modelled peak reserved is 1-4% under the real one"
+)
+
+
+@pytest.mark.parametrize(
+    "name", ["mlp", "tinygpt", pytest.param("resnet18", marks=RESNET18_RESERVED_GAP)]
+)
 def test_each_rows_answer_fits_and_one_more_does_not(name):
     (workload,) = [w for w in bench.WORKLOADS if w.name == name]
     lines: list[str] = []
