@@ -5,23 +5,16 @@ measurement), and the probe leaves nothing behind in this process or on the GPU.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import torch
-from paths import ROOT
+from bench_modules import bench_module
 
 import memlab_rs
 from memlab_rs.estimation import _kernel_probe
 
 pytestmark = pytest.mark.cuda
 
-sys.path.insert(0, str(ROOT / "bench"))
-_spec = importlib.util.spec_from_file_location("estimate_zoo", ROOT / "bench" / "estimate_zoo.py")
-zoo_bench = importlib.util.module_from_spec(_spec)
-sys.modules["estimate_zoo"] = zoo_bench  # its dataclasses look their module up there
-_spec.loader.exec_module(zoo_bench)
+zoo_bench = bench_module("estimate_zoo")
 zoo = zoo_bench.zoo
 
 MISSED_BEFORE = [

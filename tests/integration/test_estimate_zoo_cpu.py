@@ -10,11 +10,10 @@ nets run bf16 at small sizes."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 
 import pytest
 import torch
-from paths import ROOT
+from bench_modules import bench_module
 
 from memlab_rs._sources import cpu_source
 from memlab_rs.estimation import _kernel_probe
@@ -23,11 +22,7 @@ pytestmark = pytest.mark.skipif(
     cpu_source.library() is None, reason="this torch has no libc10.so: no CPU source to compare"
 )
 
-sys.path.insert(0, str(ROOT / "bench"))
-_spec = importlib.util.spec_from_file_location("estimate_zoo", ROOT / "bench" / "estimate_zoo.py")
-zoo_bench = importlib.util.module_from_spec(_spec)
-sys.modules["estimate_zoo"] = zoo_bench  # its dataclasses look their module up there
-_spec.loader.exec_module(zoo_bench)
+zoo_bench = bench_module("estimate_zoo")
 
 
 ROWS = [
