@@ -97,9 +97,10 @@ def estimate(
       buffers), both with their default arguments (``estimation._data_parallel``).
     - `measure_kernels`: the convolutions' workspaces (cuDNN's, oneDNN's) are the library's
       choice on the machine, not a function of the shapes: each distinct convolution of the
-      step runs once, for real, in a separate process on `device` when this machine has
-      it, and what it held above its end counts (``estimation._kernel_probe``). False:
-      nothing runs, and those workspaces are not counted.
+      step runs for real in a separate process on `device` when this machine has it, and
+      its allocations as the device's allocator traced them (outputs and workspace blocks,
+      in order) stand in the fake op's place (``estimation._kernel_probe``). False: nothing
+      runs, and those workspaces are not counted.
 
     The step is ``out = model(inputs); loss = loss_fn(out); loss.backward(); opt.step();
     opt.zero_grad(set_to_none=True)`` in a function: the output and the loss live until it
