@@ -197,6 +197,13 @@ class KernelProbe:
         return notes
 
 
+def notes_of(notes: list[str]) -> list[str]:
+    """An estimate's notes about its convolutions' workspaces (``describe``'s, or the
+    estimator's saying they were not counted)."""
+    failed = (": its cuDNN workspaces not counted (", ": its oneDNN scratch not counted (")
+    return [n for n in notes if n.startswith("convolutions' ") or any(f in n for f in failed)]
+
+
 @contextlib.contextmanager
 def held_open() -> Iterator[None]:
     """Keeps the workers across the estimates of a plan or a search (one CUDA context and

@@ -167,6 +167,9 @@ def plan(
                 wanted.append(("parallel", dataclasses.replace(base, parallel=mode)))
 
     peaks: dict[_Settings, tuple[int, int] | str] = {}
+    # What the rows' estimates say of the convolutions' workspaces (measured where, or not
+    # counted and why): the table's figures depend on it, so the plan says it once.
+    kernel_notes: dict[str, None] = {}
 
     def peak(settings: _Settings) -> tuple[int, int] | str:
         """(peak allocated, peak reserved) of the step with these settings, or why not."""
@@ -188,6 +191,7 @@ def plan(
                     **PRECISIONS[settings.precision],
                 )
                 peaks[settings] = (est.peak_allocated, est.peak_reserved)
+                kernel_notes.update(dict.fromkeys(_kernel_probe.notes_of(est.notes)))
             except (FakeStepError, ValueError, NotImplementedError) as error:
                 peaks[settings] = f"{type(error).__name__}: {error}"
         return peaks[settings]
@@ -224,6 +228,7 @@ def plan(
                         need, budget_bytes, limit, start=settings.size
                     )
             rows.append(row)
+    notes.extend(kernel_notes)
     if target.type == "cuda":
         notes.append(
             "peaks of the caching allocator as modelled for the step (parameters, buffers and "

@@ -147,6 +147,7 @@ def test_the_size_plan_and_max_batch_size_find_fits_real_steps_and_one_more_does
     p = plan(model, inputs, 2, budget, device="cpu", optimizer=torch.optim.SGD,
              optimizer_kwargs=SGD, sizes=[], precisions=[], optimizers={},
              try_checkpointing=False)  # fmt: skip
+    assert p.text().count("convolutions' oneDNN scratch measured on this CPU") == 1
     n = p.baseline["largest_size"]
     assert n == max_batch_size(model, inputs, budget, device="cpu", optimizer=torch.optim.SGD,
                                optimizer_kwargs=SGD)  # fmt: skip
