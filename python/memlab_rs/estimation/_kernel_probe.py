@@ -12,8 +12,8 @@ its outputs and its scratch blocks in the order and sizes the kernel made them (
 peak exactly, and the blocks as the caching allocator sees them, so the modelled segments
 follow too).
 
-The kernels run in a worker process of their own (``python -m
-memlab_rs.estimation._kernel_probe``), never in the user's:
+The kernels run in a worker process of their own (``_main`` in a new interpreter), never
+in the user's:
 
 - the user's peak statistics (``max_memory_allocated``), cuDNN's plan cache and CPU
   allocator stay untouched, and a probe that runs out of memory or crashes costs only
@@ -229,6 +229,9 @@ def _close_all() -> None:
 atexit.register(_close_all)
 
 
+_WORKER = "from memlab_rs.estimation._kernel_probe import _main; _main()"
+
+
 class ProbeError(RuntimeError):
     """The worker could not start or answer."""
 
@@ -241,7 +244,9 @@ class _Worker:
         self.pid = os.getpid()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "memlab_rs.estimation._kernel_probe"],
+                # Not `-m`: the package imports this module first, and runpy would run a
+                # second copy of it as __main__.
+                [sys.executable, "-c", _WORKER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -419,7 +424,3 @@ def _main() -> None:
         out.flush()
 
     _serve(sys.stdin, write)
-
-
-if __name__ == "__main__":
-    _main()
