@@ -51,7 +51,9 @@ PROBED_OPS = frozenset({"aten.convolution.default", "aten.convolution_backward.d
 _START_TIMEOUT_S = 120.0  # importing torch and making a CUDA context, on a loaded machine
 _CALL_TIMEOUT_S = 300.0  # one convolution on CPU at a large batch
 _CACHE_LIMIT = 100_000
-_cache: dict[str, dict[str, list[list]] | None] = {}
+# Per kernel and settings: its two traces, or why it could not be measured (a failure is
+# kept too: a worker that cannot start is not started again for every convolution).
+_cache: dict[str, dict[str, list[list]] | str] = {}
 _workers: dict[str, _Worker] = {}
 _lock = threading.RLock()
 _holds = 0
@@ -142,34 +144,33 @@ class KernelProbe:
             if key not in _cache:
                 if len(_cache) >= _CACHE_LIMIT:
                     _cache.clear()
-                _cache[key] = self._ask(name, request)
+                _cache[key] = self._ask(request)
             found = _cache[key]
-        if found is None:
+        if isinstance(found, str):  # why it could not be measured (this time or before)
+            self.failures[name] = found
             return None
         first = key not in self.seen
         self.seen.add(key)
         self.measured += first
         return found["first" if first else "later"]
 
-    def _ask(self, name: str, request: str) -> dict[str, list[list]] | None:
+    def _ask(self, request: str) -> dict[str, list[list]] | str:
+        """The worker's answer: the two traces, or why there is none."""
         worker = _workers.get(self.key)
         if worker is None or not worker.alive():
             try:
                 worker = _Worker(self.settings)
             except ProbeError as error:
-                self.failures[name] = str(error)
-                return None
+                return str(error)
             _workers[self.key] = worker
         try:
             answer = worker.ask(request)
         except ProbeError as error:
             worker.close()
             _workers.pop(self.key, None)
-            self.failures[name] = str(error)
-            return None
+            return str(error)
         if "error" in answer:
-            self.failures[name] = answer["error"]
-            return None
+            return str(answer["error"])
         return {"first": answer["first"], "later": answer["later"]}
 
     def close(self) -> None:
@@ -190,7 +191,7 @@ class KernelProbe:
             )
             notes.append(
                 f"convolutions' {what} measured on {where} (each distinct convolution run "
-                "once in a separate process)"
+                "for real in a separate process)"
             )
         for name, why in sorted(self.failures.items()):
             notes.append(f"{name}: its {what} not counted ({why})")

@@ -182,6 +182,10 @@ def test_a_convolution_the_device_refuses_is_reported_not_raised():
     assert probe.failures["aten.convolution.default"].startswith("RuntimeError")
     note = probe.describe()[-1]
     assert note.startswith("aten.convolution.default: its oneDNN scratch not counted (")
+    again = _kernel_probe.KernelProbe(torch.device("cpu"))  # the next estimate's probe
+    assert again.events("aten.convolution.default", args, {}) is None  # not asked again ...
+    assert again.describe()[-1] == note  # ... and it still says why
+    assert not _kernel_probe._workers
 
 
 def test_the_worker_answers_each_request_and_a_bad_one_with_its_error():
