@@ -51,6 +51,8 @@ PROBED_OPS = frozenset({"aten.convolution.default", "aten.convolution_backward.d
 _START_TIMEOUT_S = 120.0  # importing torch and making a CUDA context, on a loaded machine
 _CALL_TIMEOUT_S = 300.0  # one convolution on CPU at a large batch
 _CACHE_LIMIT = 100_000
+# What the probe measures, as the notes name it: on CUDA, else on the CPU.
+_CUDA_WHAT, _CPU_WHAT = "cuDNN workspaces", "oneDNN scratch"
 # Per kernel and settings: its two traces, or why it could not be measured (a failure is
 # kept too: a worker that cannot start is not started again for every convolution).
 _cache: dict[str, dict[str, list[list]] | str] = {}
@@ -83,19 +85,17 @@ def _decode(value: Any, device: torch.device) -> Any:
 
 def settings(device: torch.device) -> dict[str, Any]:
     """What chooses the kernels besides their arguments, as the worker must set it."""
-    if device.type == "cuda":
-        cudnn = torch.backends.cudnn
-        return {
-            "device": str(device),
-            "cudnn": [cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32],
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        }
-    return {
-        "device": "cpu",
-        "mkldnn": torch.backends.mkldnn.enabled,
-        "threads": torch.get_num_threads(),
+    chosen: dict[str, Any] = {
+        "device": str(device),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
     }
+    if device.type == "cuda":
+        cudnn = torch.backends.cudnn
+        chosen["cudnn"] = [cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32]
+    else:
+        chosen["mkldnn"] = torch.backends.mkldnn.enabled
+        chosen["threads"] = torch.get_num_threads()
+    return chosen
 
 
 def available(device: torch.device) -> str | None:
@@ -182,7 +182,7 @@ class KernelProbe:
     def describe(self) -> list[str]:
         """Notes for the estimate: what was measured where, and what could not be."""
         notes = []
-        what = "cuDNN workspaces" if self.device.type == "cuda" else "oneDNN scratch"
+        what = _what(self.device)
         if self.measured:
             where = (
                 torch.cuda.get_device_name(self.device)
@@ -198,10 +198,19 @@ class KernelProbe:
         return notes
 
 
+def _what(device: torch.device) -> str:
+    return _CUDA_WHAT if device.type == "cuda" else _CPU_WHAT
+
+
+def unmeasured(device: torch.device, why: str) -> str:
+    """The estimate's note when nothing was measured (no probe ran) and why."""
+    return f"convolutions' {_what(device)} not counted ({why})"
+
+
 def notes_of(notes: list[str]) -> list[str]:
-    """An estimate's notes about its convolutions' workspaces (``describe``'s, or the
-    estimator's saying they were not counted)."""
-    failed = (": its cuDNN workspaces not counted (", ": its oneDNN scratch not counted (")
+    """An estimate's notes about its convolutions' workspaces (``describe``'s or
+    ``unmeasured``'s: all their wordings are this module's)."""
+    failed = tuple(f": its {what} not counted (" for what in (_CUDA_WHAT, _CPU_WHAT))
     return [n for n in notes if n.startswith("convolutions' ") or any(f in n for f in failed)]
 
 

@@ -167,8 +167,7 @@ def estimate(
     if probe is not None:
         notes.extend(probe.describe())
     elif convolutions:
-        what = "cuDNN workspaces" if cuda else "oneDNN scratch"
-        notes.append(f"convolutions' {what} not counted ({why_not})")
+        notes.append(_kernel_probe.unmeasured(target, str(why_not)))
     if grad_scaler:
         notes.append("GradScaler: gradients assumed finite (every step steps)")
     return _result(model, target, dtype, amp, book, steps, started, notes, world_size, parallel)
