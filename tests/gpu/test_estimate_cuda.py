@@ -6,19 +6,13 @@ ResNet-50 batch 64 SGD with momentum). The workloads and the real step are the b
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
-from paths import ROOT
+from bench_modules import bench_module
 
 pytestmark = pytest.mark.cuda
 
-_spec = importlib.util.spec_from_file_location(
-    "estimate_compare", ROOT / "bench" / "estimate_compare.py"
-)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = bench_module("estimate_compare")
 
 
 def _check(make):

@@ -6,21 +6,15 @@ what this process could have now."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import torch
-from paths import ROOT
+from bench_modules import bench_module
 
 import memlab_rs
 
 pytestmark = pytest.mark.cuda
 
-_spec = importlib.util.spec_from_file_location("plan_check", ROOT / "bench" / "plan_check.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["plan_check"] = bench  # its dataclass looks its module up there
-_spec.loader.exec_module(bench)
+bench = bench_module("plan_check")
 
 
 # ResNet-18 at a 3 GiB budget (batch ~900 at 64 x 64): with cuDNN's workspaces measured the
