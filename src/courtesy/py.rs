@@ -6,8 +6,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::book::{self, Pending, Placement};
+use super::region;
+use super::region_book::TagSettings;
 use super::render::text;
-use super::result::{RestoreReport, YieldReport};
+use super::result::{RegionReport, RestoreReport, YieldReport};
 use crate::results::from_json;
 use crate::results::py::submodule;
 
@@ -21,7 +23,95 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HostBook>()?;
     m.add_function(wrap_pyfunction!(yield_text, &m)?)?;
     m.add_function(wrap_pyfunction!(restore_text, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_text, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_configure, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_slot, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_pause, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_resume, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_state, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_owner, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_release_host, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_forget, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_counters, &m)?)?;
+    // The C functions torch's pluggable allocator looks up in this library: one
+    // allocation function per slot ("memlab_rs_region_malloc_<slot>"), one free.
+    m.add("REGION_MALLOC_PREFIX", "memlab_rs_region_malloc_")?;
+    m.add("REGION_FREE", "memlab_rs_region_free")?;
+    m.add("REGION_SLOTS", region::SLOTS)?;
     Ok(())
+}
+
+/// A region's pause or resume report (`RegionReport`'s fields as JSON) as text.
+#[pyfunction]
+fn region_text(report: &str) -> PyResult<String> {
+    Ok(text::region_text(&from_json::<RegionReport>(report)?))
+}
+
+/// How `tag`'s segments are paused: copied to the host or discarded, host buffers pinned
+/// ahead or at the pause.
+#[pyfunction]
+fn region_configure(tag: &str, keep_contents: bool, prepare_host: bool) {
+    region::configure(
+        tag,
+        TagSettings {
+            keep_contents,
+            prepare_host,
+        },
+    );
+}
+
+/// The allocation function slot of `tag` (a free one if it has none); None when all are
+/// taken.
+#[pyfunction]
+fn region_slot(tag: &str) -> Option<usize> {
+    region::slot(tag)
+}
+
+/// Pause `tags` (all when empty), copying the live `(address, length)` ranges; the report
+/// as JSON. The GIL is released: the copies take a while and touch no Python object.
+#[pyfunction]
+fn region_pause(py: Python<'_>, tags: Vec<String>, live: Vec<(u64, u64)>) -> PyResult<String> {
+    let report = py.detach(|| region::pause(&tags, &live));
+    serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Resume `tags` (all when empty); the report as JSON.
+#[pyfunction]
+fn region_resume(py: Python<'_>, tags: Vec<String>) -> PyResult<String> {
+    let report = py.detach(|| region::resume(&tags));
+    serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Per (tag, device): segments, mapped, paused and host bytes, ranges; as JSON.
+#[pyfunction]
+fn region_state() -> PyResult<String> {
+    serde_json::to_string(&region::state()).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The tag of the region segment holding `address`, or None.
+#[pyfunction]
+fn region_owner(address: u64) -> Option<String> {
+    region::owner(address)
+}
+
+/// Free the pinned host buffers of `tags` (all when empty) that hold nothing paused, and
+/// the spare ones; the bytes freed.
+#[pyfunction]
+fn region_release_host(py: Python<'_>, tags: Vec<String>) -> u64 {
+    py.detach(|| region::release_host(&tags))
+}
+
+/// Drop `tag`'s settings and slot if it has no segment left; whether it did.
+#[pyfunction]
+fn region_forget(tag: &str) -> bool {
+    region::forget(tag)
+}
+
+/// (seconds, bytes) the background thread spent pinning host buffers, and frees of
+/// addresses no region gave out.
+#[pyfunction]
+fn region_counters() -> (f64, u64, u64) {
+    region::counters()
 }
 
 /// A yield's report (`YieldReport`'s fields as JSON) as the message `str()` gives.

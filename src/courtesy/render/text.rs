@@ -2,7 +2,7 @@
 //! what is still allocated and why (at most five unmovable tensors each). Sizes in
 //! pytorch_memlab's form (`readable_size`), times in ms and rates in GB/s to one decimal.
 
-use crate::courtesy::result::{RestoreReport, YieldReport};
+use crate::courtesy::result::{RegionReport, RestoreReport, YieldReport};
 use crate::text::size::memlab_size;
 
 fn size(bytes: i64) -> String {
@@ -76,6 +76,86 @@ pub fn restore_text(r: &RestoreReport) -> String {
     )
 }
 
+fn tags_named(tags: &[String]) -> String {
+    match tags {
+        [] => "every region".into(),
+        [one] => format!("region '{one}'"),
+        many => format!(
+            "regions {}",
+            many.iter()
+                .map(|t| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A region's pause or resume: what it gave back or took again, how fast, and per device
+/// the driver's used memory before and after and what is still there.
+pub fn region_text(r: &RegionReport) -> String {
+    let name = tags_named(&r.tags);
+    let mut lines = Vec::new();
+    if r.segments == 0 && r.error.is_none() {
+        let what = if r.action == "pause" {
+            "nothing mapped to pause"
+        } else {
+            "nothing paused to resume"
+        };
+        lines.push(format!("Courtesy {}: {name}: {what}", r.action));
+    } else {
+        let (verb, moved) = if r.action == "pause" {
+            ("gave back", "copied to host memory")
+        } else {
+            ("mapped again", "copied back")
+        };
+        lines.push(format!(
+            "Courtesy {}: {name}: {verb} {} in {} segments, {} {moved} in {:.1} ms ({:.1} GB/s)",
+            r.action,
+            size(r.region_bytes),
+            r.segments,
+            size(r.moved_bytes),
+            r.seconds * 1e3,
+            rate(r.moved_bytes, r.seconds),
+        ));
+        if r.discarded_bytes > 0 {
+            lines.push(format!(
+                "  not copied: {} (free blocks of the caching allocator, or contents marked \
+                 disposable)",
+                size(r.discarded_bytes)
+            ));
+        }
+        if r.pinned_bytes > 0 {
+            lines.push(format!(
+                "  pinned {} of host buffers during the call ({:.1} ms)",
+                size(r.pinned_bytes),
+                r.pin_seconds * 1e3
+            ));
+        }
+    }
+    for (device, used_after) in &r.device_used_after {
+        let before = r.device_used_before.get(device).copied().flatten();
+        let mut line = format!("  {device}: device memory in use (all processes)");
+        match (before, used_after) {
+            (Some(b), Some(a)) => line.push_str(&format!(" {} -> {}", size(b), size(*a))),
+            _ => line.push_str(" not known (no driver reading)"),
+        }
+        lines.push(line);
+        for (what, nbytes) in r.remaining.get(device).into_iter().flatten() {
+            lines.push(format!("    {}: {what}", size(*nbytes)));
+        }
+    }
+    if r.left_paused_bytes > 0 {
+        lines.push(format!(
+            "  still paused: {} (call resume again when the device has room)",
+            size(r.left_paused_bytes)
+        ));
+    }
+    if let Some(error) = &r.error {
+        lines.push(format!("  stopped early: {error}"));
+    }
+    lines.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +214,59 @@ mod tests {
             restore_text(&r),
             "Courtesy: restored 2 storages, 2.00M, in 0.0 ms (0.0 GB/s); 1 still on the host"
         );
+    }
+
+    #[test]
+    fn a_region_report_says_what_was_given_back_and_what_remains() {
+        let mut r = RegionReport {
+            action: "pause".into(),
+            tags: vec!["train".into()],
+            segments: 3,
+            region_bytes: 60 << 20,
+            moved_bytes: 40 << 20,
+            discarded_bytes: 20 << 20,
+            seconds: 0.002,
+            ..Default::default()
+        };
+        r.device_used_before
+            .insert("cuda:0".into(), Some(100 << 20));
+        r.device_used_after.insert("cuda:0".into(), Some(40 << 20));
+        r.remaining
+            .insert("cuda:0".into(), vec![("the CUDA context".into(), 30 << 20)]);
+        let text = region_text(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "Courtesy pause: region 'train': gave back 60.00M in 3 segments, 40.00M copied to \
+             host memory in 2.0 ms (21.0 GB/s)"
+        );
+        assert!(lines[1].starts_with("  not copied: 20.00M"), "{text}");
+        assert_eq!(
+            lines[2],
+            "  cuda:0: device memory in use (all processes) 100.00M -> 40.00M"
+        );
+        assert_eq!(lines[3], "    30.00M: the CUDA context");
+        let idle = RegionReport {
+            action: "resume".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            region_text(&idle),
+            "Courtesy resume: every region: nothing paused to resume"
+        );
+        let stuck = RegionReport {
+            action: "resume".into(),
+            tags: vec!["a".into(), "b".into()],
+            left_paused_bytes: 2 << 20,
+            error: Some("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY".into()),
+            ..Default::default()
+        };
+        let text = region_text(&stuck);
+        assert!(
+            text.starts_with("Courtesy resume: regions 'a', 'b': mapped again 0.00B"),
+            "{text}"
+        );
+        assert!(text.contains("still paused: 2.00M"), "{text}");
+        assert!(text.ends_with("stopped early: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY"));
     }
 }
