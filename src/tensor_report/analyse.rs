@@ -283,6 +283,7 @@ mod tests {
         let mut r = report(vec![fact("a", "cpu", 1, 16)]);
         let figures = CudaAccounting {
             free_in_reserved: None,
+            paused_in_regions: None,
             allocated: 3 << 20,
             requested: Some((3 << 20) - 4096),
             reserved: Some(8 << 20),

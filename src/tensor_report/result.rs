@@ -84,6 +84,14 @@ pub struct CudaAccounting {
     /// when absent, so that a report without it has the layout files had before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_in_reserved: Option<FreeInReserved>,
+    /// Of `reserved`, the bytes of paused Courtesy regions: no device memory behind them
+    /// (so the driver shows that much less). Left out when none.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_count"
+    )]
+    pub paused_in_regions: Option<u64>,
 }
 
 /// The reserved but unallocated bytes of one device, in brief (`memlab_rs.fragmentation`
@@ -309,6 +317,7 @@ mod tests {
             sections: vec![DeviceSection {
                 cuda: Some(CudaAccounting {
                     free_in_reserved: None,
+                    paused_in_regions: None,
                     allocated: 4096,
                     requested: Some(1000),
                     reserved: None,

@@ -100,6 +100,9 @@ fn with_cuda(data: &str, figures: Vec<Figures>) -> PyResult<String> {
             driver_used: driver.map(|(used, _)| used),
             driver_total: driver.map(|(_, total)| total),
             free_in_reserved,
+            paused_in_regions: cuda_ordinal(&device)
+                .map(crate::sources::paused::paused_bytes)
+                .filter(|&bytes| bytes > 0),
         };
         analyse::with_cuda(&mut report, &device, accounting);
     }

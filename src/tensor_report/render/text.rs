@@ -118,6 +118,13 @@ fn accounting(out: &mut String, section: &DeviceSection) {
             "Reserved by the caching allocator: {}",
             human_bytes(reserved as i128)
         );
+        if let Some(paused) = cuda.paused_in_regions {
+            let _ = write!(
+                out,
+                " ({} of it in paused Courtesy regions, with no device memory behind it)",
+                human_bytes(paused as i128)
+            );
+        }
         if let Some((used, total)) = cuda.driver_used_total() {
             let _ = write!(
                 out,
@@ -139,5 +146,35 @@ fn accounting(out: &mut String, section: &DeviceSection) {
             human_bytes(f.largest_free as i128),
             human_bytes(f.inactive_split_bytes as i128),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor_report::result::CudaAccounting;
+
+    #[test]
+    fn paused_regions_are_named_beside_what_torch_reserves() {
+        let mut section = DeviceSection::empty("cuda:0");
+        section.cuda = Some(CudaAccounting {
+            allocated: 1 << 20,
+            reserved: Some(8 << 20),
+            paused_in_regions: Some(6 << 20),
+            ..CudaAccounting::default()
+        });
+        let mut out = String::new();
+        accounting(&mut out, &section);
+        let expected = format!(
+            "Reserved by the caching allocator: {} ({} of it in paused Courtesy regions, with \
+             no device memory behind it)\n",
+            human_bytes(8 << 20),
+            human_bytes(6 << 20)
+        );
+        assert!(out.contains(&expected), "{out}");
+        section.cuda.as_mut().unwrap().paused_in_regions = None;
+        let mut out = String::new();
+        accounting(&mut out, &section);
+        assert!(!out.contains("paused"), "{out}");
     }
 }
