@@ -21,7 +21,14 @@ if _typing.TYPE_CHECKING:
     from . import results as results  # memlab_rs.results: the saved-result format
     from . import trace as trace  # memlab_rs.trace: what was alive at the peak
     from ._core import parse_size, readable_size
-    from .courtesy import Courtesy, CourtesyRestoreError, RestoreReport, YieldReport
+    from .courtesy import (
+        Courtesy,
+        CourtesyRegionError,
+        CourtesyRestoreError,
+        RegionReport,
+        RestoreReport,
+        YieldReport,
+    )
     from .doctor import (
         LeakCheck,
         LeakResult,
@@ -63,6 +70,7 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "DEFAULT_COLUMNS",
     "Courtesy",
+    "CourtesyRegionError",
     "CourtesyRestoreError",
     "FakeStepError",
     "FragmentationResult",
@@ -83,6 +91,7 @@ __all__ = [
     "OOMGuard",
     "PostMortemResult",
     "PytestMemoryResult",
+    "RegionReport",
     "RestoreReport",
     "ResultDiff",
     "TensorRow",
@@ -114,8 +123,16 @@ __all__ = [
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["parse_size", "readable_size"], "._core"),
     **dict.fromkeys(
-        ["Courtesy", "CourtesyRestoreError", "RestoreReport", "YieldReport"], ".courtesy"
-    ),  # fmt: skip
+        [
+            "Courtesy",
+            "CourtesyRegionError",
+            "CourtesyRestoreError",
+            "RegionReport",
+            "RestoreReport",
+            "YieldReport",
+        ],
+        ".courtesy",
+    ),
     **dict.fromkeys(
         ["FakeStepError", "MemoryEstimate", "MemoryPlan", "estimate", "max_batch_size", "plan"],
         ".estimation",

@@ -316,3 +316,60 @@ def cuda_stream_number(stream: Any, index: int) -> int:
         f"the default stream) or None for the current stream, got {_args.shown(stream)} "
         f"({type(stream).__name__})"
     )
+
+
+class PoolRouting:
+    """torch's hooks for a pool whose segments come from an allocator of ours: the pool
+    (``torch.cuda.MemPool(allocator=...)``, 2.6+) and the private calls that route the
+    caching allocator's allocations to it, the same ones ``torch.cuda.use_mem_pool`` makes
+    (``_cuda_beginAllocateCurrentThreadToPool``), plus the one that routes every thread's
+    (``_cuda_beginAllocateToPool``: autograd's backward runs on threads of its own)."""
+
+    def __init__(self) -> None:
+        c = torch._C
+        names = (
+            "_cuda_beginAllocateToPool",
+            "_cuda_beginAllocateCurrentThreadToPool",
+            "_cuda_endAllocateToPool",
+            "_cuda_releasePool",
+        )
+        missing = [n for n in names if not callable(getattr(c, n, None))]
+        pool = getattr(torch.cuda, "MemPool", None)
+        pluggable = getattr(torch.cuda.memory, "CUDAPluggableAllocator", None)
+        if pool is None or pluggable is None or missing:
+            lacking = missing + [
+                n
+                for n, v in (("torch.cuda.MemPool", pool), ("CUDAPluggableAllocator", pluggable))
+                if v is None
+            ]
+            raise LookupError(
+                f"torch {torch.__version__} lacks {', '.join(lacking)} (a pool with an "
+                "allocator of its own needs torch 2.6 or newer, built with CUDA)"
+            )
+        self.pool_class = pool
+        self.pluggable = pluggable
+        self.begin_all = c._cuda_beginAllocateToPool
+        self.begin_thread = c._cuda_beginAllocateCurrentThreadToPool
+        self.end = c._cuda_endAllocateToPool
+        self.release = c._cuda_releasePool
+
+
+def pool_live_ranges(pool: Any) -> list[tuple[int, int]] | None:
+    """(address, size) of every allocated block in the segments of ``pool`` (a
+    ``torch.cuda.MemPool``), from its own snapshot; None when it cannot be read (then a
+    caller copies whole segments)."""
+    try:
+        try:  # 2.10+: no trace entries (they are not read here, and cost time)
+            segments = pool.snapshot(include_traces=False)
+        except TypeError:
+            segments = pool.snapshot()
+    except (RuntimeError, AttributeError):
+        return None
+    out: list[tuple[int, int]] = []
+    for segment in segments:
+        address = int(segment["address"])
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                out.append((int(block.get("address", address)), int(block["size"])))
+            address += int(block["size"])
+    return out
