@@ -52,6 +52,8 @@ def _members(cls):
                 continue  # a base's placeholder (SavedResult.text): the subclass's job
             if isinstance(member, property):
                 yield name, member, "property"
+            elif isinstance(member, staticmethod):  # Courtesy.region/pause/resume
+                yield name, member.__func__, "static method"
             elif inspect.isfunction(member):
                 yield name, member, "method"
 
@@ -82,6 +84,9 @@ def _module(module, prefix: str) -> list[str]:
                     continue
                 if kind == "property":
                     lines += [f"### `{name}.{member_name}` (property)", "", _doc(member), ""]
+                elif kind == "static method":
+                    sig = _signature(member)
+                    lines += [f"### `{name}.{member_name}{sig}` (static)", "", _doc(member), ""]
                 else:
                     sig = _signature(member)
                     lines += [f"### `{name}.{member_name}{sig}`", "", _doc(member), ""]
