@@ -31,7 +31,7 @@ pub fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(region_state, &m)?)?;
     m.add_function(wrap_pyfunction!(region_owner, &m)?)?;
     m.add_function(wrap_pyfunction!(region_release_host, &m)?)?;
-    m.add_function(wrap_pyfunction!(region_forget, &m)?)?;
+    m.add_function(wrap_pyfunction!(region_close, &m)?)?;
     m.add_function(wrap_pyfunction!(region_counters, &m)?)?;
     // The C functions torch's pluggable allocator looks up in this library: one
     // allocation function per slot ("memlab_rs_region_malloc_<slot>"), one free.
@@ -101,10 +101,11 @@ fn region_release_host(py: Python<'_>, tags: Vec<String>) -> u64 {
     py.detach(|| region::release_host(&tags))
 }
 
-/// Drop `tag`'s settings and slot if it has no segment left; whether it did.
+/// `tag`'s region closes: its settings and slot go now if it has no segment left, else
+/// with its last one (whose host buffers are then freed); whether it is gone.
 #[pyfunction]
-fn region_forget(tag: &str) -> bool {
-    region::forget(tag)
+fn region_close(tag: &str) -> bool {
+    region::close(tag)
 }
 
 /// (seconds, bytes) the background thread spent pinning host buffers, and frees of

@@ -56,6 +56,7 @@ fn device_name(device: i32) -> String {
 /// Set how `tag`'s segments are paused.
 pub fn configure(tag: &str, settings: TagSettings) {
     with_book(|b| {
+        b.closed.remove(tag); // a tag opened again after close
         b.tags.insert(tag.to_owned(), settings);
     });
 }
@@ -211,8 +212,8 @@ fn free_segment(address: u64) {
         }
         let _ = vmm::address_free(address, allocation.size);
     }
-    if let Some(host) = allocation.host {
-        with_book(|b| b.spare.push(host));
+    if let Some(host) = with_book(|b| b.freed(&allocation)) {
+        let _ = vmm::free_host(host.address);
     }
 }
 
@@ -306,17 +307,10 @@ pub fn release_host(tags: &[String]) -> u64 {
     freed
 }
 
-/// Forget `tag`'s settings and free its slot once it has no segment left (a tag reused
-/// later starts anew); whether it did.
-pub fn forget(tag: &str) -> bool {
-    with_book(|b| {
-        if b.allocations.values().any(|a| a.tag == tag) {
-            return false;
-        }
-        b.tags.remove(tag);
-        b.slots.retain(|_, t| t != tag);
-        true
-    })
+/// `tag`'s region closes: its settings and slot go now if it has no segment left, else
+/// with its last segment (whose host buffers are then freed, not kept); whether it is gone.
+pub fn close(tag: &str) -> bool {
+    with_book(|b| b.close(tag))
 }
 
 /// Tell the floor how many bytes of each device are paused now (the tensor report reads it).

@@ -4,7 +4,7 @@
 //! its pinned host buffer), the settings of each tag, which tag each device's allocations
 //! go to now, the spare host buffers, and the ranges a pause copies (`copy_ranges`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
@@ -63,6 +63,8 @@ pub struct Book {
     pub prepared_bytes: u64,
     /// Frees of addresses this book never gave out (a bug in the wiring if not 0).
     pub unknown_frees: u64,
+    /// Tags whose region was closed while torch still held some of their segments.
+    pub closed: HashSet<String>,
 }
 
 /// What `state()` tells about one tag on one device.
@@ -93,6 +95,41 @@ impl Book {
     pub fn take_spare(&mut self, size: u64) -> Option<HostBuffer> {
         let at = self.spare.iter().position(|b| b.size == size)?;
         Some(self.spare.swap_remove(at))
+    }
+
+    /// A region closes: forget its settings and slot now if it has no segment left, else
+    /// when its last segment is freed (`freed`). Whether it is gone.
+    pub fn close(&mut self, tag: &str) -> bool {
+        if self.allocations.values().any(|a| a.tag == tag) {
+            self.closed.insert(tag.to_owned());
+            return false;
+        }
+        self.forget(tag);
+        true
+    }
+
+    fn forget(&mut self, tag: &str) {
+        self.closed.remove(tag);
+        self.tags.remove(tag);
+        self.slots.retain(|_, t| t != tag);
+    }
+
+    /// Torch freed `segment` (already out of `allocations`): where its host buffer goes.
+    /// An open region keeps it for its next segment (the spare list); a closed region's
+    /// goes back to the driver (returned, to free), and a closed region whose last segment
+    /// this was is forgotten.
+    pub fn freed(&mut self, segment: &Allocation) -> Option<HostBuffer> {
+        let closed = self.closed.contains(&segment.tag);
+        if closed && !self.allocations.values().any(|a| a.tag == segment.tag) {
+            self.forget(&segment.tag);
+        }
+        match segment.host {
+            Some(host) if !closed => {
+                self.spare.push(host);
+                None
+            }
+            host => host,
+        }
     }
 
     /// The allocation whose range holds `address`.
@@ -294,6 +331,45 @@ mod tests {
         let tags = ["a".to_string()];
         assert_eq!(book.of_tags(&tags).count(), 2);
         assert_eq!(book.of_tags(&[]).count(), 3);
+    }
+
+    #[test]
+    fn a_closed_region_is_forgotten_with_its_last_segment_and_its_buffers_freed() {
+        let mut book = Book::default();
+        let settings = TagSettings {
+            keep_contents: true,
+            prepare_host: true,
+        };
+        for tag in ["a", "b"] {
+            book.tags.insert(tag.into(), settings);
+        }
+        book.slots.insert(0, "a".into());
+        book.slots.insert(1, "b".into());
+        let host = HostBuffer {
+            address: 9,
+            size: 10,
+        };
+        for (address, tag) in [(0, "a"), (10, "a"), (20, "b")] {
+            let mut segment = allocation(address, 10, tag, true);
+            segment.host = Some(host);
+            book.allocations.insert(address, segment);
+        }
+        assert!(book.close("empty-tag"));
+        assert!(!book.close("a")); // torch still holds two of its segments
+        assert!(book.tags.contains_key("a"));
+        // An open region's freed segment leaves its buffer for the next one.
+        let b = book.allocations.remove(&20).unwrap();
+        assert_eq!(book.freed(&b), None);
+        assert_eq!(book.spare, vec![host]);
+        // A closed region's buffers go back; with its last segment it is forgotten.
+        let first = book.allocations.remove(&0).unwrap();
+        assert_eq!(book.freed(&first), Some(host));
+        assert!(book.tags.contains_key("a"));
+        let last = book.allocations.remove(&10).unwrap();
+        assert_eq!(book.freed(&last), Some(host));
+        assert!(!book.tags.contains_key("a") && !book.closed.contains("a"));
+        assert_eq!(book.slots.get(&0), None);
+        assert_eq!(book.slots.get(&1).map(String::as_str), Some("b"));
     }
 
     #[test]

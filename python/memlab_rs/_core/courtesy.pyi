@@ -10,9 +10,9 @@ __all__ = [
     "REGION_MALLOC_PREFIX",
     "REGION_SLOTS",
     "HostBook",
+    "region_close",
     "region_configure",
     "region_counters",
-    "region_forget",
     "region_owner",
     "region_pause",
     "region_release_host",
@@ -78,8 +78,9 @@ def region_release_host(tags: Sequence[str]) -> int:
     """Free the pinned host buffers of ``tags`` that hold nothing paused, and the spare
     ones; the bytes freed."""
 
-def region_forget(tag: str) -> bool:
-    """Drop ``tag``'s settings and slot if it has no segment left; whether it did."""
+def region_close(tag: str) -> bool:
+    """``tag``'s region closes: its settings and slot go now if it has no segment left, else
+    with its last one (whose host buffers are then freed); whether it is gone."""
 
 def region_counters() -> tuple[float, int, int]:
     """(seconds, bytes) the background thread spent pinning host buffers, and frees of

@@ -230,9 +230,11 @@ class Region:
 
     def close(self) -> None:
         """End the region: it routes nothing any more, its pinned host buffers are freed,
-        and its segments go back to the driver as soon as torch frees them (its tensors
-        are gone and the cache is emptied: ``torch.cuda.empty_cache()``). A paused region
-        must be resumed first (its tensors would point at nothing)."""
+        and its segments go back to the driver as soon as torch frees them: now for the
+        free ones (this calls ``torch.cuda.empty_cache()``, which empties the rest of the
+        cache too), later for those its live tensors hold (once they are gone, at the next
+        ``empty_cache()``; their host buffers are freed with them). A paused region must be
+        resumed first (its tensors would point at nothing)."""
         with _lock:
             if self._closed:
                 return
@@ -254,7 +256,7 @@ class Region:
                 _retired.append(pool)
             torch.cuda.empty_cache()
             _courtesy.region_release_host([self.tag])
-            _courtesy.region_forget(self.tag)
+            _courtesy.region_close(self.tag)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "paused" if self._paused else "live"

@@ -81,3 +81,12 @@ def test_the_allocator_functions_are_exported_by_the_library():
     before = _core.courtesy.region_counters()[2]
     free(12345, 2 << 20, 0, None)  # an address no region gave out: counted, left alone
     assert _core.courtesy.region_counters()[2] == before + 1
+
+
+def test_a_tag_without_segments_is_forgotten_at_close_and_its_slot_freed():
+    slot = _core.courtesy.region_slot("closing")
+    assert slot is not None and _core.courtesy.region_slot("closing") == slot
+    assert _core.courtesy.region_close("closing") is True
+    # The slot is free again: the next tag to ask may take it.
+    assert _core.courtesy.region_slot("next") == slot
+    assert _core.courtesy.region_close("next") is True
