@@ -249,7 +249,8 @@ fn prepare_queued() {
                 continue;
             };
             let settings = b.settings(&a.tag);
-            if a.host.is_some() || !settings.keep_contents || !settings.prepare_host {
+            let closed = b.closed.contains(&a.tag);
+            if a.host.is_some() || closed || !settings.keep_contents || !settings.prepare_host {
                 continue;
             }
             let (size, device) = (a.size, a.device);
