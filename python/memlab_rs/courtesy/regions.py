@@ -100,8 +100,11 @@ class Region:
     on the entering thread only (``threads="current"``, as ``torch.cuda.use_mem_pool``).
     Only one region routes a device at a time.
 
-    A CUDA graph captured while the region is entered keeps its memory in the region;
-    ``torch.cuda.graph(g, pool=region.pool_id)`` does the same outside it.
+    Capture a CUDA graph into a region of its own, outside any ``with`` block:
+    ``torch.cuda.graph(g, pool=graphs.pool_id)`` (checked: its memory pauses and the graph
+    replays after resume). A capture made while a region routes allocations puts them in
+    that region's pool, where the region's later allocations could reuse the blocks the
+    graph freed during capture (its intermediates, which each replay rewrites).
     """
 
     def __init__(
