@@ -28,7 +28,7 @@ import torch
 from .. import _core, _torch
 from .._core import readable_size
 from . import regions
-from .reports import CourtesyRestoreError, RegionReport, RestoreReport, YieldReport
+from .reports import CourtesyRestoreError, RestoreReport, YieldReport
 
 log = logging.getLogger("memlab_rs.courtesy")
 
@@ -89,42 +89,9 @@ class Courtesy:
 
     # Regions: memory a pause gives back while every address stays (courtesy/regions.py).
 
-    @staticmethod
-    def region(
-        tag: str = "default",
-        *,
-        device: Any = None,
-        keep_contents: bool = True,
-        prepare_host: bool = True,
-        threads: str = "all",
-    ) -> regions.Region:
-        """The Courtesy region named ``tag``: ``with Courtesy.region("train"):`` puts what
-        torch allocates inside it (on every thread) in memory that ``Courtesy.pause("train")``
-        gives back to the device and ``Courtesy.resume("train")`` maps again at the same
-        addresses, contents copied back. ``keep_contents=False``: a disposable region (a KV
-        cache), dropped on pause. ``prepare_host``: pin the host buffers ahead, in the
-        background, so that the first pause is as fast as later ones. ``threads="current"``
-        routes only the entering thread's allocations. See ``regions.Region``."""
-        return regions.region(
-            tag,
-            device=device,
-            keep_contents=keep_contents,
-            prepare_host=prepare_host,
-            threads=threads,
-        )
-
-    @staticmethod
-    def pause(tag: str | None = None) -> RegionReport:
-        """Give back the physical memory of region ``tag`` (every region if None), its live
-        contents copied to pinned host memory first; the addresses stay. See
-        ``regions.pause``."""
-        return regions.pause(tag)
-
-    @staticmethod
-    def resume(tag: str | None = None) -> RegionReport:
-        """Map region ``tag`` (every paused region if None) again at the same addresses and
-        copy its contents back. See ``regions.resume``."""
-        return regions.resume(tag)
+    region = staticmethod(regions.region)
+    pause = staticmethod(regions.pause)
+    resume = staticmethod(regions.resume)
 
     @classmethod
     def _device_set(cls, devices: Any) -> set[torch.device]:

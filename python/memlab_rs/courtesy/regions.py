@@ -278,9 +278,13 @@ def region(
     prepare_host: bool = True,
     threads: str = "all",
 ) -> Region:
-    """The region named ``tag`` (made on first use). ``device``: a CUDA device (the current
-    one by default). ``keep_contents=False`` marks the region disposable (a KV cache): a
-    pause drops its contents instead of copying them, and after resume they are undefined.
+    """The Courtesy region named ``tag`` (made on first use): ``with
+    Courtesy.region("train"):`` puts what torch allocates inside it (on every thread) in
+    memory that ``Courtesy.pause("train")`` gives back to the device and
+    ``Courtesy.resume("train")`` maps again at the same addresses, contents copied back.
+    ``device``: a CUDA device (the current one by default). ``keep_contents=False`` marks
+    the region disposable (a KV cache): a pause drops its contents instead of copying
+    them, and after resume they are undefined.
     ``prepare_host`` pins each segment's host buffer in a background thread as the segment
     appears, so the first pause copies at the bus's speed (it holds pinned host memory the
     size of the region meanwhile); with False the first pause pins them itself.
