@@ -153,18 +153,22 @@ def run_variant(variant: str, rounds: int) -> dict:
 
 
 def row(name, runs, key, pinned):
+    """First and later (median) calls: ms, the state's GB/s, and the GB/s of the bytes the
+    call copied (a region also keeps the other live blocks of its segments: the last
+    step's inputs and outputs, workspaces), each with its share of the pinned copy's."""
     first, later = runs[0], runs[1:]
-    cells = []
+    text = []
     for label, items in (("first", [first]), ("later", later)):
         if not items:
             continue
         seconds = statistics.median(r["seconds"] for r in items)
         moved = statistics.median(r["moved"] or 0 for r in items)
-        cells.append((label, seconds, moved))
-    text = []
-    for label, seconds, _moved in cells:
         rate = key / seconds / 1e9
-        text.append(f"{label} {seconds * 1e3:7.1f} ms {rate:5.1f} GB/s ({rate / pinned:4.0%})")
+        cell = f"{label} {seconds * 1e3:7.1f} ms {rate:5.1f} GB/s ({rate / pinned:4.0%})"
+        if moved:
+            copied = moved / seconds / 1e9
+            cell += f", copied {moved / 1e9:.2f} GB at {copied:.1f} GB/s ({copied / pinned:4.0%})"
+        text.append(cell)
     return f"  {name:9s} " + "   ".join(text)
 
 
@@ -184,9 +188,9 @@ def main():
         print("courtesy_bandwidth: needs a CUDA GPU (Courtesy moves GPU memory); skipped")
         return
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, python "
-          f"{sys.version.split()[0]}; GB/s: the state's bytes over the wall time; (%): of "
-          "the pinned copy's GB/s measured in the same process; each variant a fresh "
-          "process")  # fmt: skip
+          f"{sys.version.split()[0]}; GB/s: the state's bytes over the wall time, then the "
+          "bytes the call copied over it (where it says); (%): of the pinned copy's GB/s "
+          "measured in the same process; each variant a fresh process")  # fmt: skip
     for variant in args.variants.split(","):
         child = subprocess.run(
             [sys.executable, __file__, "--variant", variant, "--rounds", str(args.rounds)],

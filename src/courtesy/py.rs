@@ -67,11 +67,18 @@ fn region_slot(tag: &str) -> Option<usize> {
     region::slot(tag)
 }
 
-/// Pause `tags` (all when empty), copying the live `(address, length)` ranges; the report
-/// as JSON. The GIL is released: the copies take a while and touch no Python object.
+/// Pause `tags` (all when empty), copying the live `(address, length)` ranges (gaps
+/// shorter than `join_gap` bytes copied with them); the report as JSON. The GIL is
+/// released: the copies take a while and touch no Python object.
 #[pyfunction]
-fn region_pause(py: Python<'_>, tags: Vec<String>, live: Vec<(u64, u64)>) -> PyResult<String> {
-    let report = py.detach(|| region::pause(&tags, &live));
+#[pyo3(signature = (tags, live, join_gap=region::JOIN_GAP))]
+fn region_pause(
+    py: Python<'_>,
+    tags: Vec<String>,
+    live: Vec<(u64, u64)>,
+    join_gap: u64,
+) -> PyResult<String> {
+    let report = py.detach(|| region::pause(&tags, &live, join_gap));
     serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 

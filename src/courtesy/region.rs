@@ -36,8 +36,9 @@ use super::vmm::{self, Context, Failed, Stream};
 
 static BOOK: Mutex<Option<Book>> = Mutex::new(None);
 
-/// Gaps shorter than this between live blocks are copied with them (see `copy_ranges`).
-const JOIN_GAP: u64 = 256 << 10;
+/// Gaps shorter than this between live blocks are copied with them (see `copy_ranges`),
+/// unless the caller says otherwise (the benchmarks try others).
+pub const JOIN_GAP: u64 = 64 << 10;
 
 fn with_book<T>(f: impl FnOnce(&mut Book) -> T) -> T {
     let mut guard: MutexGuard<'_, Option<Book>> = match BOOK.lock() {
@@ -356,12 +357,12 @@ fn report(action: &str, tags: &[String]) -> RegionReport {
 /// live ranges `live` (address, length) first copied to pinned host memory where the tag
 /// keeps its contents. The caller has made the devices idle. Holds the book throughout,
 /// so a segment torch gives back meanwhile waits.
-pub fn pause(tags: &[String], live: &[(u64, u64)]) -> RegionReport {
+pub fn pause(tags: &[String], live: &[(u64, u64)], join_gap: u64) -> RegionReport {
     let started = Instant::now();
     let mut r = report("pause", tags);
     with_book(|b| {
         for (device, addresses) in devices_of(b, tags, false) {
-            if let Err(failed) = pause_device(b, device, &addresses, live, &mut r) {
+            if let Err(failed) = pause_device(b, device, &addresses, live, join_gap, &mut r) {
                 r.error = Some(format!("pausing on {}: {failed}", device_name(device)));
                 break;
             }
@@ -377,6 +378,7 @@ fn pause_device(
     device: i32,
     addresses: &[u64],
     live: &[(u64, u64)],
+    join_gap: u64,
     r: &mut RegionReport,
 ) -> Result<(), Failed> {
     let context = Context::enter(device)?;
@@ -387,7 +389,7 @@ fn pause_device(
         .map(|&address| {
             let a = &b.allocations[&address];
             let ranges = if b.settings(&a.tag).keep_contents {
-                copy_ranges(live, address, a.size, JOIN_GAP)
+                copy_ranges(live, address, a.size, join_gap)
             } else {
                 Vec::new()
             };

@@ -172,9 +172,10 @@ impl Book {
 /// The (offset, length) ranges of the allocation `[start, start + size)` that a pause
 /// copies: the parts of `live` (address, length; any order, may overlap or reach outside)
 /// inside it, sorted and merged, and joined across gaps shorter than `join_gap`. One copy
-/// has a fixed cost (a few microseconds, about what 256 KiB takes on a 55 GB/s bus), so
-/// copying a short gap with its neighbours is faster than two copies; the small pool's
-/// 2 MiB segments hold hundreds of small blocks.
+/// has a fixed cost (a few microseconds, what 64-256 KiB take on a 55 GB/s bus), so
+/// copying a short gap with its neighbours can be faster than two copies; the small pool's
+/// 2 MiB segments hold hundreds of small blocks. (On a GPT-2 training state, gaps of 0 to
+/// 256 KiB gave the same bytes and times within 0.5%: its live blocks lie in runs.)
 pub fn copy_ranges(live: &[(u64, u64)], start: u64, size: u64, join_gap: u64) -> Vec<(u64, u64)> {
     let end = start.saturating_add(size);
     let mut parts: Vec<(u64, u64)> = live

@@ -61,9 +61,11 @@ def region_slot(tag: str) -> int | None:
     """The allocation function slot of ``tag`` (a free one if it has none); None when all
     are taken."""
 
-def region_pause(tags: Sequence[str], live: Sequence[tuple[int, int]]) -> str:
-    """Pause ``tags`` (all when empty), copying the live ``(address, length)`` ranges; the
-    report as JSON."""
+def region_pause(
+    tags: Sequence[str], live: Sequence[tuple[int, int]], join_gap: int = ...
+) -> str:
+    """Pause ``tags`` (all when empty), copying the live ``(address, length)`` ranges (gaps
+    shorter than ``join_gap`` bytes copied with them); the report as JSON."""
 
 def region_resume(tags: Sequence[str]) -> str:
     """Resume ``tags`` (all when empty); the report as JSON."""
