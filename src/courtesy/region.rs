@@ -227,8 +227,11 @@ fn start_preparing(b: &mut Book) {
     let spawned = std::thread::Builder::new()
         .name("memlab-rs-pin".into())
         .spawn(|| {
-            let _ = std::panic::catch_unwind(prepare_queued);
-            with_book(|b| b.preparing = false);
+            // prepare_queued clears the flag itself, under the lock, when the queue is
+            // empty; clearing it here too could clear a newer thread's.
+            if std::panic::catch_unwind(prepare_queued).is_err() {
+                with_book(|b| b.preparing = false);
+            }
         });
     if spawned.is_err() {
         b.preparing = false; // the first pause pins them instead
@@ -345,25 +348,38 @@ fn synchronize(streams: &[Stream]) {
     }
 }
 
-fn report(action: &str, tags: &[String]) -> RegionReport {
-    RegionReport {
+/// Give back the physical memory of `tags`' mapped segments (all tags when empty), their
+/// live ranges `live` (address, length) first copied to pinned host memory where the tag
+/// keeps its contents. The caller has made the devices idle.
+pub fn pause(tags: &[String], live: &[(u64, u64)], join_gap: u64) -> RegionReport {
+    device_by_device(
+        ("pause", "pausing"),
+        tags,
+        false,
+        |b, device, addresses, r| pause_device(b, device, addresses, live, join_gap, r),
+    )
+}
+
+/// Run `each` on the segments of `tags` (all when empty) that are paused or not, device by
+/// device, stopping at the first failure (the report says where: "<doing> on cuda:N");
+/// then publish the paused bytes. Holds the book throughout, so a segment torch gives back
+/// meanwhile waits.
+fn device_by_device(
+    (action, doing): (&str, &str),
+    tags: &[String],
+    paused: bool,
+    mut each: impl FnMut(&mut Book, i32, &[u64], &mut RegionReport) -> Result<(), Failed>,
+) -> RegionReport {
+    let started = Instant::now();
+    let mut r = RegionReport {
         action: action.into(),
         tags: tags.to_vec(),
         ..RegionReport::default()
-    }
-}
-
-/// Give back the physical memory of `tags`' mapped segments (all tags when empty), their
-/// live ranges `live` (address, length) first copied to pinned host memory where the tag
-/// keeps its contents. The caller has made the devices idle. Holds the book throughout,
-/// so a segment torch gives back meanwhile waits.
-pub fn pause(tags: &[String], live: &[(u64, u64)], join_gap: u64) -> RegionReport {
-    let started = Instant::now();
-    let mut r = report("pause", tags);
+    };
     with_book(|b| {
-        for (device, addresses) in devices_of(b, tags, false) {
-            if let Err(failed) = pause_device(b, device, &addresses, live, join_gap, &mut r) {
-                r.error = Some(format!("pausing on {}: {failed}", device_name(device)));
+        for (device, addresses) in devices_of(b, tags, paused) {
+            if let Err(failed) = each(b, device, &addresses, &mut r) {
+                r.error = Some(format!("{doing} on {}: {failed}", device_name(device)));
                 break;
             }
         }
@@ -451,6 +467,13 @@ fn pause_device(
     Ok(())
 }
 
+/// One more segment of `size` bytes on `device` given back or mapped again.
+fn count_segment(r: &mut RegionReport, device: i32, size: u64) {
+    r.segments += 1;
+    r.region_bytes += size as i64;
+    *r.per_device.entry(device_name(device)).or_default() += size as i64;
+}
+
 /// Unmap a segment and release its physical memory; its addresses stay reserved.
 fn give_back(b: &mut Book, device: i32, address: u64, r: &mut RegionReport) -> Result<(), Failed> {
     let a = b.allocations.get_mut(&address).expect("booked");
@@ -462,30 +485,17 @@ fn give_back(b: &mut Book, device: i32, address: u64, r: &mut RegionReport) -> R
     vmm::release(handle)?;
     r.map_seconds += started.elapsed().as_secs_f64();
     a.handle = None;
-    r.segments += 1;
-    r.region_bytes += a.size as i64;
-    *r.per_device.entry(device_name(device)).or_default() += a.size as i64;
+    count_segment(r, device, a.size);
     Ok(())
 }
 
 /// Map new physical memory at every paused segment of `tags` (all when empty) and copy
 /// back what their pause kept. A segment the device has no memory for stays paused and
-/// the report says so (`error`); calling again later resumes the rest.
+/// the report says so (`error`, `left_paused_bytes`); calling again later resumes the rest.
 pub fn resume(tags: &[String]) -> RegionReport {
-    let started = Instant::now();
-    let mut r = report("resume", tags);
-    with_book(|b| {
-        for (device, addresses) in devices_of(b, tags, true) {
-            if let Err(failed) = resume_device(b, device, &addresses, &mut r) {
-                let left: u64 = b.of_tags(tags).filter(|a| a.paused()).map(|a| a.size).sum();
-                r.left_paused_bytes = left as i64;
-                r.error = Some(format!("resuming on {}: {failed}", device_name(device)));
-                break;
-            }
-        }
-        publish_paused(b);
-    });
-    r.seconds = started.elapsed().as_secs_f64();
+    let mut r = device_by_device(("resume", "resuming"), tags, true, resume_device);
+    let left: u64 = with_book(|b| b.of_tags(tags).filter(|a| a.paused()).map(|a| a.size).sum());
+    r.left_paused_bytes = left as i64;
     r
 }
 
@@ -516,9 +526,7 @@ fn resume_device(
         }
         a.handle = Some(handle);
         r.map_seconds += mapping.elapsed().as_secs_f64();
-        r.segments += 1;
-        r.region_bytes += a.size as i64;
-        *r.per_device.entry(device_name(device)).or_default() += a.size as i64;
+        count_segment(r, device, a.size);
         let host = a.host.map_or(0, |h| h.address);
         for &(offset, len) in &a.saved {
             // SAFETY: the segment was just mapped; the host buffer holds what the pause

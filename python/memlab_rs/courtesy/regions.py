@@ -429,9 +429,3 @@ def resume(tag: str | None = None) -> RegionReport:
         if not tags:
             return RegionReport(action="resume", tags=[] if tag is None else [tag])
         return _finish(_courtesy.region_resume(tags), before, regions)
-
-
-def paused_bytes(index: int) -> int:
-    """Bytes of region segments on CUDA device ``index`` whose physical memory is paused
-    (torch still counts them as reserved)."""
-    return sum(e["paused_bytes"] for e in _state() if e["device"] == index)
