@@ -161,3 +161,31 @@ def test_memory_report_core_data_round_trips():
     again = memlab_rs.MemoryReport.from_data(report.to_data(), report.meta)
     assert again.render("text", verbose=True) == report.render("text", verbose=True)
     assert again.render("json") == report.render("json")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "invalid value: integer `-1`"),
+        (2**70, "invalid type: floating point"),
+        ("6 MiB", 'invalid type: string "6 MiB"'),
+        (1.5, "invalid type: floating point"),
+    ],
+)
+def test_a_damaged_paused_region_figure_is_refused(tmp_path, value, message):
+    report = with_cuda_and_note(tensor_report())
+
+    def damage(data):
+        data["sections"][-1]["cuda"]["paused_in_regions"] = value
+
+    refused(tmp_path, report, damage, r"sections\[\d+\]\.cuda\.paused_in_regions: " + message)
+
+
+def test_a_paused_region_figure_round_trips_and_is_said(tmp_path):
+    made = with_cuda_and_note(tensor_report())
+    data = json.loads(results.dumps(made))["data"]
+    assert "paused_in_regions" not in data["sections"][-1]["cuda"]  # absent when none
+    data["sections"][-1]["cuda"]["paused_in_regions"] = 6 << 20
+    report = memlab_rs.MemoryReport.from_data(data, made.meta)
+    loaded = saved_and_loaded(report, tmp_path, "paused.json")
+    assert "(6.0 MiB of it in paused Courtesy regions" in loaded.text()
