@@ -143,3 +143,52 @@ def test_softmax_backward_takes_the_buffer_the_model_says():
         del y, g, out
     print(f"{checked} softmax backwards, {exact} exact")
     assert exact >= 0.9 * checked
+
+
+def _allocations(op, *args) -> tuple[list[int], object]:
+    """The requested bytes of each allocation ``op(*args)`` makes, in order (the allocator's
+    own history), and what it returned."""
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=100_000, context=None)
+    try:
+        out = op(*args)
+        torch.cuda.synchronize()
+        trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    return [e["size"] for e in trace if e["action"] == "alloc"], out
+
+
+def test_layer_norm_copies_its_strided_inputs_first_as_the_model_says():
+    """Forward and backward of random layer norms on permuted, sliced and dense inputs:
+    the kernel's first allocations are the copies the model names (none for a dense
+    input), before its outputs."""
+    from memlab_rs.estimation._cuda_layer_norm import input_copies
+
+    rng = random.Random(26)
+    aten = torch.ops.aten
+    checked = 0
+    for _ in range(40):
+        rows, width = rng.choice([16, 300, 3136]), rng.choice([64, 96, 768])
+        dtype = rng.choice([torch.float32, torch.bfloat16])
+        layout = rng.choice(["dense", "permuted", "sliced"])
+        if layout == "dense":
+            x = torch.randn(rows, width, device="cuda", dtype=dtype)
+        elif layout == "permuted":  # channels moved last, as Swin's patch embedding does
+            x = torch.randn(2, width, rows, device="cuda", dtype=dtype).permute(0, 2, 1)
+        else:
+            x = torch.randn(rows, width * 2, device="cuda", dtype=dtype)[:, :width]
+        w = torch.randn(width, device="cuda", dtype=dtype)
+        b = torch.randn(width, device="cuda", dtype=dtype)
+        args = (x, [width], w, b, 1e-5)
+        allocs, (_y, mean, rstd) = _allocations(aten.native_layer_norm, *args)
+        copies = input_copies("aten.native_layer_norm.default", args)
+        assert allocs[: len(copies)] == copies, (layout, x.shape, x.stride(), allocs, copies)
+        assert len(allocs) == len(copies) + 3, (layout, allocs, copies)  # out, mean, rstd
+        g = torch.randn(x.shape, device="cuda", dtype=dtype)
+        args = (g, x, [width], mean, rstd, w, b, [True, True, True])
+        allocs, _grads = _allocations(aten.native_layer_norm_backward, *args)
+        copies = input_copies("aten.native_layer_norm_backward.default", args)
+        assert allocs[: len(copies)] == copies, (layout, allocs, copies)
+        checked += 1
+    assert checked == 40

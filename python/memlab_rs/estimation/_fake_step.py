@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
-from . import _cuda_blas, _cuda_reduce, _cuda_softmax
+from . import _cuda_blas, _cuda_layer_norm, _cuda_reduce, _cuda_softmax
 from ._kernel_probe import PROBED_OPS, KernelProbe
 from ._known_values import KnownValues
 
@@ -236,6 +236,14 @@ class _Recorder(TorchDispatchMode):
             elif func._schema.is_mutable:  # answered in place (x[mask] = v): its value too
                 self.known.follow(func, args, kwargs, out)
         name = str(func)
+        # Copies the CUDA kernel makes of strided inputs before its outputs (layer norm's
+        # expect_contiguous): allocated first, freed when the op returns.
+        copies = [
+            self.book.held(nbytes, f"{name} contiguous copy of an input", "temporary")
+            for nbytes in (
+                _cuda_layer_norm.input_copies(name, args) if self.gpu_shape is not None else []
+            )
+        ]
         if name in PROBED_OPS:
             self.probed_ops_seen = True
             events = self.probe.events(name, args, kwargs) if self.probe is not None else None
@@ -244,6 +252,8 @@ class _Recorder(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.book.see(t, name)
+        for ident in copies:
+            self.book.release(ident)
         if self.gpu_shape is not None:
             for sizes, what in _kernel_scratch(name, args, kwargs, self.gpu_shape):
                 self.book.transient(sizes, f"{name} {what}")

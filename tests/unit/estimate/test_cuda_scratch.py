@@ -96,3 +96,51 @@ def test_softmax_backward_takes_a_buffer_of_the_gradients_size_and_log_softmax_n
     half = grad.to(torch.bfloat16)
     assert softmax_backward_scratch(name, (half, half, -1, torch.bfloat16)) == [20 * MIB]
     assert softmax_backward_scratch("aten._log_softmax_backward_data.default", (grad,)) == []
+
+
+def test_layer_norm_copies_a_strided_input_before_its_outputs():
+    """CUDA's layer norm (forward and backward) clones an input that is not contiguous
+    before it allocates its outputs; a dense one it reads as it is. The GPU test checks the
+    kernel's first allocations against this for random layouts."""
+    from memlab_rs.estimation._cuda_layer_norm import input_copies
+
+    fwd, bwd = "aten.native_layer_norm.default", "aten.native_layer_norm_backward.default"
+    permuted = torch.empty(16, 96, 56, 56, device="meta").permute(0, 2, 3, 1)
+    w = torch.empty(96, device="meta")
+    assert input_copies(fwd, (permuted, [96], w, w, 1e-5)) == [16 * 56 * 56 * 96 * 4]
+    assert input_copies(fwd, (permuted.contiguous(), [96], w, w, 1e-5)) == []
+    grad = torch.empty(16, 56, 56, 96, device="meta")
+    mean = torch.empty(16, 56, 56, 1, device="meta")
+    args = (grad, permuted, [96], mean, mean, w, None, [True, True, False])
+    assert input_copies(bwd, args) == [16 * 56 * 56 * 96 * 4]
+    assert input_copies("aten.add.Tensor", (permuted, permuted)) == []
+
+
+def test_a_cuda_estimate_counts_layer_norms_copy_of_a_permuted_input(monkeypatch):
+    """Swin's stem (a patch convolution, channels moved last, LayerNorm): the copy is in the
+    step's allocations, once in forward and once in backward, and only on CUDA."""
+
+    class Stem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 32, 4, stride=4)
+            self.norm = torch.nn.LayerNorm(32)
+
+        def forward(self, x):
+            return self.norm(self.conv(x).permute(0, 2, 3, 1))
+
+    from memlab_rs.estimation import estimator
+
+    books = []
+    real_replay = estimator.replay
+
+    def keep(book):
+        books.append(book)
+        return real_replay(book)
+
+    monkeypatch.setattr(estimator, "replay", keep)
+    for device in ("cuda:0", "cpu"):
+        estimate(Stem(), torch.zeros(4, 3, 64, 64), device=device, measure_kernels=False)
+    copies = [[o for o in book.origins if "contiguous copy of an input" in o] for book in books]
+    assert [len(c) for c in copies] == [2, 0], copies
+    assert any("native_layer_norm_backward" in o for o in copies[0])
