@@ -10,10 +10,10 @@ points of the step (module hooks, tensor hooks, an autograd function on the inpu
   rebuilt in the order gradients arrived at the second step's forward; the buffers'
   broadcast (``broadcast_buffers=True``) flattens them into one tensor per dtype before
   each forward. On CUDA a real step after the first peaks either as with one set of
-  buckets or as with two, rank by rank and step by step: bucket-sized memory that NCCL
-  keeps alive asynchronously (after the rebuild the first step's buckets, held by its
-  all-reduces until NCCL lets the finished work go; the cause of the same rise at later
-  steps is not pinned down). Measured on two H200s (``bench/results/parallel_check_*``),
+  buckets or as with two, rank by rank and step by step, for one to three steps, then as
+  with one: what holds the second set is not pinned down (on two H200s it was not freed by
+  0.3 s of sleep after the rebuild, nor by ``gc.collect()``; runs of the same code differ).
+  Measured on two H200s (``bench/results/parallel_check_*``),
   every later step of 12 models peaked at one of the two, within 0.1%. So the estimate
   keeps the first step's buckets to the end of the second step, the bound, and runs a
   third step with one set, the floor. On the CPU (gloo, or the fake group the tests use)
