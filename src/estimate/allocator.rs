@@ -21,9 +21,9 @@ pub fn segment_size(size: u64) -> u64 {
     allocation_size(size)
 }
 
-/// Where the made-up address space ends: 2^48 (a 48-bit virtual address space), room for
-/// any device's segments below it.
-const TOP_ADDRESS: u64 = 1 << 48;
+/// Where the made-up address space ends: 2^62 bytes below it, room for any recording (a
+/// subtraction that would pass zero saturates rather than panics).
+const TOP_ADDRESS: u64 = 1 << 62;
 
 /// Which allocator the replay models (`"cuda"` or `"cpu"` in a recording).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -58,8 +58,9 @@ impl Allocator {
             // Made-up addresses, each segment below the one before with a gap between: the
             // CUDA driver hands out address space from the top down, and where two free
             // blocks are the same size the caching allocator takes the lower address, so the
-            // order matters (a rising order put ResNet-18's and a VGG's segments 2-18% off
-            // the real ones on an H200; falling matches them to the MiB).
+            // order matters (on an H200 a rising order put the reserved peaks of ResNet-18 at
+            // batch 900 and 1900 and of a VGG-like stack 2-18% off the real ones; a falling
+            // one matches them to the MiB).
             next_segment: TOP_ADDRESS,
             reserved: 0,
             peak_reserved: 0,
@@ -72,7 +73,7 @@ impl Allocator {
         if self.kind == Kind::Cpu {
             self.reserved += requested;
             self.peak_reserved = self.peak_reserved.max(self.reserved);
-            self.next_segment -= requested.max(1);
+            self.next_segment = self.next_segment.saturating_sub(requested.max(1));
             let addr = self.next_segment;
             return Block {
                 addr,
@@ -85,7 +86,7 @@ impl Allocator {
             Some(addr) => addr,
             None => {
                 let segment = segment_size(size);
-                self.next_segment -= segment + ROUND_LARGE;
+                self.next_segment = self.next_segment.saturating_sub(segment + ROUND_LARGE);
                 let addr = self.next_segment;
                 self.layout.segment_alloc(addr, segment, small);
                 self.reserved += segment;
