@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -32,6 +31,7 @@ import memlab_rs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import estimate_zoo  # noqa: E402
+import fresh_process  # noqa: E402
 import zoo_workloads as zoo  # noqa: E402
 
 MIB = 2**20
@@ -59,18 +59,7 @@ def rows() -> list[zoo.Row]:
 def real_peaks(row: zoo.Row) -> dict[str, int]:
     """max_memory_reserved/allocated of three real steps of `row`, in a process of its own."""
     spec = json.dumps([row.workload.name, row.precision, row.checkpointing])
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        f"import sys; sys.path.insert(0, {here!r}); import estimate_reserved; "
-        f"estimate_reserved._fresh({spec!r})"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the real run failed: {done.stderr.strip()[-1500:]}")
-    return json.loads(lines[-1])
+    return json.loads(fresh_process.last_line("estimate_reserved", "_fresh", spec))
 
 
 def _fresh(spec: str) -> None:

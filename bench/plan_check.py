@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +34,9 @@ from torch import nn
 import memlab_rs
 from memlab_rs.estimation.checkpointing import enable_checkpointing
 from memlab_rs.estimation.what_if import precision_settings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fresh_process  # noqa: E402
 
 
 @dataclass
@@ -123,24 +125,13 @@ def real_reserved(w: Workload, row: dict[str, Any], n: int, steps: int = 3) -> i
     more or less there (an H200: a VGG-like stack 1446 and 1704 MiB in two such runs) than
     in a process of its own, which is what the estimate models."""
     row_json = json.dumps({k: row[k] for k in ("precision", "checkpointing", "optimizer")})
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        f"import sys; sys.path.insert(0, {here!r}); import plan_check; "
-        f"plan_check._fresh({w.name!r}, {row_json!r}, {n}, {steps})"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
-    )
-    answer = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-    if not answer:
-        raise RuntimeError(f"the real run at {n} failed: {done.stderr.strip()[-2000:]}")
-    return answer[0] if answer[0] == "OOM" else int(answer[0])
+    answer = fresh_process.last_line("plan_check", "_fresh", w.name, row_json, n, steps)
+    return answer if answer == "OOM" else int(answer)
 
 
 def _fresh(name: str, row_json: str, n: int, steps: int) -> None:
     """The body of `real_reserved`'s process: prints the peak reserved, or OOM."""
     (w,) = [w for w in WORKLOADS if w.name == name]
-    torch.cuda.init()
     try:
         _steps(w, json.loads(row_json), n, steps)
         print(int(torch.cuda.max_memory_reserved()))
