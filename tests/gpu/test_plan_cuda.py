@@ -17,22 +17,7 @@ pytestmark = pytest.mark.cuda
 bench = bench_module("plan_check")
 
 
-# ResNet-18 at a 3 GiB budget (batch ~900 at 64 x 64, each size run in a fresh process):
-# with the segments placed at falling addresses as the driver places them, the float32 and
-# SGD rows' answers are exact (the estimated reserved peak equal to the real one at n and
-# n+1); the bf16, autocast and checkpointing rows' real reserved peaks are 3-4% above the
-# estimate (H200, torch 2.11: 3148 vs 3064 MiB, 3098 vs 2988, 3180 vs 3042), so their
-# answers are one size too large. What the step reserves there depends on the order of
-# transient blocks the fake step does not reproduce exactly; strict, so a fix shows.
-RESNET18_RESERVED_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="ResNet-18's bf16, autocast and checkpointing rows reserve 3-4% over the estimate",
-)
-
-
-@pytest.mark.parametrize(
-    "name", ["mlp", "tinygpt", pytest.param("resnet18", marks=RESNET18_RESERVED_GAP)]
-)
+@pytest.mark.parametrize("name", ["mlp", "tinygpt", "resnet18"])
 def test_each_rows_answer_fits_and_one_more_does_not(name):
     (workload,) = [w for w in bench.WORKLOADS if w.name == name]
     lines: list[str] = []

@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .._categories import CATEGORIES
 from . import _cuda_blas, _cuda_layer_norm, _cuda_reduce, _cuda_softmax
+from ._accumulation import Accumulation
 from ._kernel_probe import PROBED_OPS, KernelProbe
 from ._known_values import KnownValues
 
@@ -203,6 +204,8 @@ class _Recorder(TorchDispatchMode):
     ):
         super().__init__()
         self.book = book
+        # The engine's gradient accumulations, done in place as a real step does them.
+        self.accumulation = Accumulation()
         # Measures on the device the workspaces of kernels no rule here predicts.
         self.probe = probe
         self.probed_ops_seen = False
@@ -222,6 +225,9 @@ class _Recorder(TorchDispatchMode):
             # gradient into its zeros in place, except for tensor subclasses (fake ones
             # included), which get an out-of-place copy: run the real step's.
             func = _INDEX_PUT_INPLACE
+        accumulated = self.accumulation.in_place(func, args, kwargs)
+        if accumulated is not None:
+            func, args = accumulated
         with self.below() if self.below is not None else contextlib.nullcontext():
             out = NotImplemented
             if self.known is not None:  # a host read of a value a real step would know

@@ -244,7 +244,7 @@ def _record(
             for step in range(1, steps + 1):
                 _step(
                     book, fmodel, inputs, fake_targets, loss_fn, opt, params, step, backward,
-                    amp, dp,
+                    amp, dp, recorder.accumulation,
                 )  # fmt: skip
     except _DATA_DEPENDENT:
         raise
@@ -257,7 +257,9 @@ def _record(
     return book, amp, steps, recorder.probed_ops_seen
 
 
-def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp, dp) -> None:
+def _step(
+    book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, amp, dp, accumulation
+) -> None:  # fmt: skip
     book.phase_begin(f"forward {step}")
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -286,10 +288,18 @@ def _step(book, fmodel, inputs, targets, loss_fn, opt, params, step, backward, a
             scaled = scaler.scale(loss)  # a temporary: `scaler.scale(loss).backward()`
             for t in amp.scaler_tensors():
                 book.set_category(t, "other")
-            scaled.backward()
+            accumulation.watch([scaled])
+            try:
+                scaled.backward()
+            finally:
+                accumulation.unwatch()
             del scaled
         else:
-            loss.backward()
+            accumulation.watch([loss])
+            try:
+                loss.backward()
+            finally:
+                accumulation.unwatch()
         if dp is not None:
             dp.after_backward()  # FSDP2's final callback, at the end of backward
         for p in params:

@@ -70,6 +70,55 @@ def test_bundled_model_on_cpu_matches_the_cpu_source(optimizer, kwargs, exact):
         assert abs(ours[n] - real[n]) <= 0.03 * (real[n] + est.phase_ends["setup"])
 
 
+class _TwoHeads(torch.nn.Module):
+    """A hidden layer read by two heads: its gradient is the sum of two, which the autograd
+    engine adds in place into the first (the buffer holds its only reference)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(256, 1024)
+        self.b = torch.nn.Linear(1024, 8)
+        self.c = torch.nn.Linear(1024, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(h) + self.c(h)
+
+
+class _Tied(torch.nn.Module):
+    """An embedding whose weight is also the output layer's: its two gradients meet where
+    the first is a view (of the output layer's weight gradient), which the engine does not
+    add into: a new tensor, as on fake tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 64)
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.lin(self.emb(x)) @ self.emb.weight.t()
+
+
+@needs_cpu_hook
+@pytest.mark.parametrize(
+    ("build", "x", "within"),
+    [
+        # 2 MiB less than adding into a new tensor would need (a 512 x 1024 float32 sum);
+        # what is left is CPU kernels' scratch the fake step does not see (16 KB).
+        (_TwoHeads, torch.randn(512, 256), 0.003),
+        (_Tied, torch.randint(0, 1000, (4, 8)), 0.0),
+    ],
+    ids=["in-place", "new-tensor"],
+)
+def test_gradients_meeting_at_one_input_are_added_as_the_engine_adds_them(build, x, within):
+    torch.manual_seed(0)
+    est = estimate(build(), x, device="cpu")
+    torch.manual_seed(0)
+    real = _real_cpu_step_rises(build(), x, None)
+    ours = _estimated_rises(est)
+    assert abs(ours[1] - real[1]) <= within * real[1], (ours, real)
+
+
 @needs_cpu_hook
 def test_larger_bundled_model_within_3_percent_of_the_cpu_source():
     # Here one CPU kernel allocates scratch fake tensors cannot see (about 118 KB).
