@@ -18,12 +18,15 @@ engine's accumulation is the only ``aten.add.Tensor``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from ._cuda_blas import non_overlapping_and_dense
 
 _ADD = torch.ops.aten.add.Tensor
 _ADD_ = torch.ops.aten.add_.Tensor
@@ -38,10 +41,11 @@ class Accumulation:
         self._handles: list[Any] = []
         _sole_counts()  # calibrated before the fake step's modes are on
 
-    def watch(self, roots: Iterable[torch.Tensor]) -> None:
-        """Hook every node of the graph behind `roots` (the loss) for one backward."""
+    @contextlib.contextmanager
+    def watching(self, root: torch.Tensor) -> Iterator[None]:
+        """Every node of the graph behind `root` (the loss) hooked for one backward."""
         seen: set[int] = set()
-        stack: list[Any] = [t.grad_fn for t in roots if isinstance(t, torch.Tensor)]
+        stack: list[Any] = [root.grad_fn]
         while stack:
             node = stack.pop()
             if node is None or id(node) in seen:
@@ -51,12 +55,13 @@ class Accumulation:
             if node.next_functions:  # AccumulateGrad has none, and nothing to accumulate
                 self._handles.append(node.register_hook(self._returned))
             stack.extend(next_node for next_node, _ in node.next_functions)
-
-    def unwatch(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self.between = False
+        try:
+            yield
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles.clear()
+            self.between = False
 
     def _starts(self, _grad_outputs: Any) -> None:
         self.between = False
@@ -81,18 +86,8 @@ def _sole_and_dense(t: torch.Tensor) -> bool:
     """``can_accumulate_inplace``: dense, and the engine holds the only reference to it
     and its storage (the counts as the recorder sees them, calibrated once)."""
     counts = (t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata))
-    return counts == _sole_counts() and _dense(t)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: its elements fill its storage span, in any dim order."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    dense = non_overlapping_and_dense(list(t.shape), list(t.stride()))
+    return counts == _sole_counts() and dense
 
 
 @functools.cache

@@ -28,7 +28,7 @@ def operand_copies(name: str, args: tuple) -> list[int]:
 
 
 def _needs_copy(t: torch.Tensor) -> bool:
-    if _dense(list(t.shape), list(t.stride())):
+    if non_overlapping_and_dense(list(t.shape), list(t.stride())):
         return False
     (n0, n1), (s0, s1) = t.shape, t.stride()
     if s0 == 1 and s1 >= max(1, n0):
@@ -36,7 +36,7 @@ def _needs_copy(t: torch.Tensor) -> bool:
     return not (s1 == 1 and s0 >= max(1, n1))
 
 
-def _dense(sizes: list[int], strides: list[int]) -> bool:
+def non_overlapping_and_dense(sizes: list[int], strides: list[int]) -> bool:
     """c10's compute_non_overlapping_and_dense: the dimensions, by stride (size-1 ones
     last), tile memory without gaps or overlaps."""
     if len(sizes) == 1:

@@ -288,18 +288,12 @@ def _step(
             scaled = scaler.scale(loss)  # a temporary: `scaler.scale(loss).backward()`
             for t in amp.scaler_tensors():
                 book.set_category(t, "other")
-            accumulation.watch([scaled])
-            try:
+            with accumulation.watching(scaled):
                 scaled.backward()
-            finally:
-                accumulation.unwatch()
             del scaled
         else:
-            accumulation.watch([loss])
-            try:
+            with accumulation.watching(loss):
                 loss.backward()
-            finally:
-                accumulation.unwatch()
         if dp is not None:
             dp.after_backward()  # FSDP2's final callback, at the end of backward
         for p in params:
