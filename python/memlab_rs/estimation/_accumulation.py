@@ -43,18 +43,24 @@ class Accumulation:
 
     @contextlib.contextmanager
     def watching(self, root: torch.Tensor) -> Iterator[None]:
-        """Every node of the graph behind `root` (the loss) hooked for one backward."""
-        seen: set[int] = set()
+        """Every node of the graph behind `root` (the loss) hooked once for one backward."""
+        # The walk holds every node's Python object until it is done: a C++ node's object
+        # lives only while referenced (torch 2.11 makes a new one at each next_functions),
+        # so an id seen earlier could come back for another node, and the same node could
+        # come back under a new id (on ResNet-50, millions of hooks and a minute's walk).
+        seen: dict[int, Any] = {}
         stack: list[Any] = [root.grad_fn]
         while stack:
             node = stack.pop()
             if node is None or id(node) in seen:
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             self._handles.append(node.register_prehook(self._starts))
             if node.next_functions:  # AccumulateGrad has none, and nothing to accumulate
                 self._handles.append(node.register_hook(self._returned))
             stack.extend(next_node for next_node, _ in node.next_functions)
+        seen.clear()  # the nodes' objects go, as they would without the walk
+        node = None
         try:
             yield
         finally:
