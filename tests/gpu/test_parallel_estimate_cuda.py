@@ -1,6 +1,7 @@
 """Two GPUs, NCCL (run on the two-GPU machine): `estimate(world_size=2, parallel=...)` within
 5% of rank 0's real steps, under DDP and under FSDP2 (DDP's later steps between the
-estimate's floor and its bound), on two models of
+estimate's floor and its bound, and at the floor once NCCL's watchdog has swept), on two
+models of
 the validation zoo (a decoder with grouped-query attention in bf16, a vision transformer in
 fp32 with AdamW), run by `bench/parallel_check.py` under torchrun."""
 
@@ -40,13 +41,13 @@ def test_each_rank_is_within_five_percent(tmp_path: Path, only: str):
     assert proc.returncode == 0, proc.stderr[-6000:]
     table = out.read_text()
     rows = [line for line in table.splitlines() if line.startswith(only.split()[0])]
-    assert [line.split()[3] for line in rows] == ["ddp", "fsdp2"], table
+    assert [line.split()[3] for line in rows] == ["ddp", "ddp-settled", "fsdp2"], table
     for line in rows:
         # Rank 0's errors on steps 1, 2 and 3, then the verdict (which holds DDP's real
-        # steps 2 and 3 between the estimate's floor and its bound).
+        # steps 2 and 3 of back-to-back steps between the estimate's floor and its bound).
         first, second, steady = (float(x) for x in re.findall(r"([+-]\d+\.\d+)%", line)[:3])
         assert abs(first) <= 5, line
-        if " fsdp2 " in line:
+        if " ddp " not in line:  # FSDP2, and DDP once NCCL's watchdog has swept: the floor
             assert abs(second) <= 5 and abs(steady) <= 5, line
         assert " ok " in line, line
-    assert "within 5% on both steps: 2 of 2 rows" in table
+    assert "within 5% on both steps: 3 of 3 rows" in table

@@ -9,15 +9,24 @@ points of the step (module hooks, tensor hooks, an autograd function on the inpu
   parameter's gradient (``gradient_as_bucket_view=False``), allocated when DDP is built and
   rebuilt in the order gradients arrived at the second step's forward; the buffers'
   broadcast (``broadcast_buffers=True``) flattens them into one tensor per dtype before
-  each forward. On CUDA a real step after the first peaks either as with one set of
-  buckets or as with two, rank by rank and step by step, for one to three steps, then as
-  with one: what holds the second set is not pinned down (on two H200s it was not freed by
-  0.3 s of sleep after the rebuild, nor by ``gc.collect()``; runs of the same code differ).
-  Measured on two H200s (``bench/results/parallel_check_*``),
-  every later step of 12 models peaked at one of the two, within 0.1%. So the estimate
-  keeps the first step's buckets to the end of the second step, the bound, and runs a
-  third step with one set, the floor. On the CPU (gloo, or the fake group the tests use)
-  they go at the rebuild, and two steps are run.
+  each forward. On CUDA the first step's buckets can outlive the rebuild. ProcessGroupNCCL
+  keeps the tensors of an async collective on its work's shelf
+  (``stashed_for_allocator_safety_``) until ``work.wait()``, which DDP does not call (it
+  waits on the work's future). The watchdog thread, which sweeps every 100 ms
+  (``kWatchdogThreadSleepMillis``), hands a finished work's shelf to the process group,
+  and the next collective called from the main thread empties it. When a sweep came
+  between step 1's last all-reduce finishing and step 2's rebuild, the rebuild's own
+  broadcast empties the shelf and the old buckets go before the new ones are made: one
+  set. When none did (steps back to back), they stay until the first collective after
+  the next sweep: through step 2's peak or not, and for a few steps when steps are
+  shorter than a sweep. So on CUDA the estimate runs three steps: the second keeps the
+  first step's buckets to its end (the bound, what a step must fit), the third has one
+  set (the floor: every step once the shelf is emptied, and step 2 in a loop that pauses
+  after its first step). On two H200s (``bench/results/parallel_check_ddp_h200x2.txt``),
+  12 models: with a 0.25 s pause after step 1, steps 2 and 3 of both ranks within 0.21%
+  of the floor; back to back, every later step within 1.5% of the bound or of the floor.
+  On the CPU (gloo, or the fake group the tests use) the old buckets go at the rebuild
+  and two steps are run.
 - ``FSDP2Rank`` (``fully_shard`` on each repeated block, then on the model; default
   arguments, no mixed-precision policy): each parameter lives as its dim-0 shard (padded to
   ``ceil(rows / world_size)`` rows), and so do its gradient and the optimizer's state. A
@@ -110,8 +119,8 @@ class DDPRank:
         self.book = book
         self.world_size = world_size
         self.nccl = nccl
-        # On CUDA a third step: the second holds two bucket sets (the bound), the third one
-        # (the floor).
+        # On CUDA a third step: the second holds two bucket sets (the bound: NCCL's shelf
+        # still holds the first), the third one (the floor).
         self.extra_steps = 1 if nccl else 0
         trainable = list(dict.fromkeys(p for p in fmodel.parameters() if p.requires_grad))
         self.bucket_bytes = _bucket_sizes(trainable)
@@ -169,9 +178,10 @@ class DDPRank:
             f"replicated; {len(self.bucket_bytes)} gradient buckets ({total} bytes) beside "
             "the gradients (gradient_as_bucket_view=False), rebuilt at the second step"
             + (
-                "; on CUDA a later step peaks as with one set or as with two, as NCCL lets "
-                "memory go: step 2 counts two (the bound a step must fit), step 3 one (the "
-                "floor)"
+                "; on CUDA NCCL holds step 1's buckets until its watchdog (a 100 ms sweep) "
+                "has seen their all-reduces finish and another collective is called: step 2 "
+                "counts both sets (the bound a step must fit), step 3 one (the floor, and "
+                "step 2's peak in a loop that pauses after its first step)"
                 if self.nccl
                 else ""
             )
