@@ -373,3 +373,28 @@ def pool_live_ranges(pool: Any) -> list[tuple[int, int]] | None:
                 out.append((int(block.get("address", address)), int(block["size"])))
             address += int(block["size"])
     return out
+
+
+def autograd_nodes(roots: Iterable[Any]) -> Iterator[Any]:
+    """Every node of the autograd graphs behind `roots` (``grad_fn`` objects, None skipped),
+    each once, depth first.
+
+    The walk holds every node's Python object until it ends: a C++ node's object lives only
+    while something references it (torch 2.8 and 2.11 make a new one at each
+    ``next_functions``), so a walk keyed by ids alone meets a node again under a new id, or
+    takes a node for one seen whose dead object had the same id."""
+    seen: dict[int, Any] = {}
+    stack = [node for node in roots if node is not None]
+    try:
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            yield node
+            for child, _ in getattr(node, "next_functions", ()):
+                if child is not None:
+                    stack.append(child)
+    finally:
+        seen.clear()
+        stack.clear()

@@ -208,18 +208,14 @@ def autograd_saved(
     del found
     if not roots:
         return None
-    seen_nodes: set[int] = set()
     saved: dict[int, int] = {}
-    stack = list(roots)
+    nodes = 0
     complete = True
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen_nodes:
-            continue
-        if len(seen_nodes) >= AUTOGRAD_NODES:
+    for node in _torch.autograd_nodes(roots):
+        if nodes >= AUTOGRAD_NODES:
             complete = False
             break
-        seen_nodes.add(id(node))
+        nodes += 1
         for attr in dir(node):
             if not attr.startswith("_saved_"):
                 continue
@@ -234,13 +230,10 @@ def autograd_saved(
                     key = _storage_key(v)
                     if key is not None and key[0] not in named and key[1] > 0:
                         saved[key[0]] = key[1]
-        for child, _ in getattr(node, "next_functions", ()):
-            if child is not None:
-                stack.append(child)
     return {
         "saved_bytes": sum(saved.values()),
         "saved_count": len(saved),
-        "nodes": len(seen_nodes),
+        "nodes": nodes,
         "complete": complete,
     }
 

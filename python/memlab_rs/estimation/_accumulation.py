@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from .. import _torch
 from ._cuda_blas import non_overlapping_and_dense
 
 _ADD = torch.ops.aten.add.Tensor
@@ -44,23 +45,11 @@ class Accumulation:
     @contextlib.contextmanager
     def watching(self, root: torch.Tensor) -> Iterator[None]:
         """Every node of the graph behind `root` (the loss) hooked once for one backward."""
-        # The walk holds every node's Python object until it is done: a C++ node's object
-        # lives only while referenced (torch 2.11 makes a new one at each next_functions),
-        # so an id seen earlier could come back for another node, and the same node could
-        # come back under a new id (on ResNet-50, millions of hooks and a minute's walk).
-        seen: dict[int, Any] = {}
-        stack: list[Any] = [root.grad_fn]
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen[id(node)] = node
+        for node in _torch.autograd_nodes([root.grad_fn]):
             self._handles.append(node.register_prehook(self._starts))
             if node.next_functions:  # AccumulateGrad has none, and nothing to accumulate
                 self._handles.append(node.register_hook(self._returned))
-            stack.extend(next_node for next_node, _ in node.next_functions)
-        seen.clear()  # the nodes' objects go, as they would without the walk
-        node = None
+        node = None  # the nodes' objects go, as they would without the walk
         try:
             yield
         finally:
