@@ -31,15 +31,17 @@ def encode(snapshot: dict[str, Any]) -> dict[str, Any]:
     """``{"frames": [...], "stacks": [[...]], "snapshot": {...}}``: JSON values only."""
     frames: list[dict[str, Any]] = []
     frame_index: dict[Any, int] = {}
-    frame_by_id: dict[int, int] = {}
+    # By identity first (a snapshot repeats the same frame dicts and lists): each entry
+    # keeps its object, so an id stays that object's for the whole encoding.
+    frame_by_id: dict[int, tuple[Any, int]] = {}
     stacks: list[list[int]] = []
     stack_index: dict[tuple[int, ...], int] = {}
-    stack_by_id: dict[int, int] = {}
+    stack_by_id: dict[int, tuple[Any, int]] = {}
 
     def frame(f: dict[str, Any], where: str) -> int:
         found = frame_by_id.get(id(f))
-        if found is not None:
-            return found
+        if found is not None and found[0] is f:
+            return found[1]
         plain = convert(f, where)
         try:
             key: Any = tuple(sorted(plain.items()))
@@ -50,19 +52,19 @@ def encode(snapshot: dict[str, Any]) -> dict[str, Any]:
         if index is None:
             index = frame_index[key] = len(frames)
             frames.append(plain)
-        frame_by_id[id(f)] = index
+        frame_by_id[id(f)] = (f, index)
         return index
 
-    def stack(listed: list[Any], where: str) -> int:
+    def stack(listed: list[Any] | tuple[Any, ...], where: str) -> int:
         found = stack_by_id.get(id(listed))
-        if found is not None:
-            return found
+        if found is not None and found[0] is listed:
+            return found[1]
         key = tuple(frame(f, f"{where}[{i}]") for i, f in enumerate(listed))
         index = stack_index.get(key)
         if index is None:
             index = stack_index[key] = len(stacks)
             stacks.append(list(key))
-        stack_by_id[id(listed)] = index
+        stack_by_id[id(listed)] = (listed, index)
         return index
 
     def convert(value: Any, where: str) -> Any:
@@ -80,7 +82,7 @@ def encode(snapshot: dict[str, Any]) -> dict[str, Any]:
                     and isinstance(item, (list, tuple))
                     and all(isinstance(f, dict) for f in item)
                 ):
-                    out[key] = stack(list(item) if isinstance(item, tuple) else item, where)
+                    out[key] = stack(item, where)
                 else:
                     out[key] = convert(item, f"{where}[{key!r}]")
             return out

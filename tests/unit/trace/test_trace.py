@@ -144,6 +144,30 @@ def test_saved_pickle_loads_the_same(tmp_path):
     assert again.text() == result.text()
 
 
+def test_frames_given_as_tuples_keep_their_own_stacks_when_saved():
+    """A snapshot built by hand may hold each entry's frames as a tuple. Encoding once
+    listed each tuple into a temporary list and remembered its id: the next list often got
+    the same id, and about half of 5,000 entries were saved with an earlier entry's
+    stack. Each entry's stack must come back as its own."""
+    from memlab_rs.trace.saved import decode, encode
+
+    entries = [
+        {
+            "action": "alloc",
+            "addr": 4096 * i,
+            "size": 512,
+            "frames": tuple(
+                {"filename": f"f{i}.py", "line": i + k, "name": f"fn{k}"} for k in range(2)
+            ),
+        }
+        for i in range(2000)
+    ]
+    snapshot = {"segments": [], "device_traces": [entries]}
+    back = decode(json.loads(json.dumps(encode(snapshot))))
+    got = back["device_traces"][0]
+    assert [e["frames"] for e in got] == [list(e["frames"]) for e in entries]
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="not a memory snapshot.*device_traces"):
         trace.load({"segments": []})
