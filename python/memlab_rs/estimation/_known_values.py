@@ -90,7 +90,7 @@ class KnownValues:
             return
         with _disable_current_modes():
             value = real.detach().to("cpu", copy=True).to(fake.dtype)
-        self._set(fake, value)
+        self._set_fresh(fake, value)
 
     def value(self, t: Any) -> torch.Tensor | None:
         """`t`'s real value: its known one, itself for a real (non-fake) tensor, or None."""
@@ -102,6 +102,13 @@ class KnownValues:
         if entry is None or entry[0]() is not t or _storage_key(t) in self._unknown:  # type: ignore[arg-type]
             return None
         return entry[1]
+
+    def _set_fresh(self, fake: torch.Tensor, value: torch.Tensor) -> None:
+        """`fake` is new, on a storage of its own: its value stands even where a storage
+        freed earlier at the same address was marked unknown (``_unknown`` holds addresses,
+        and a freed storage's address is soon another's)."""
+        self._unknown.discard(_storage_key(fake))
+        self._set(fake, value)
 
     def _set(self, fake: torch.Tensor, value: torch.Tensor) -> None:
         key = id(fake)
@@ -138,7 +145,7 @@ class KnownValues:
         ]
         for fake, value in zip(fakes, outs):
             if isinstance(fake, torch.Tensor):
-                self._set(fake, value)
+                self._set_fresh(fake, value)
         return spec.unflatten(fakes)
 
     def _boolean_index(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -158,7 +165,7 @@ class KnownValues:
                     columns = self.value(t).nonzero().unbind(1)  # type: ignore[union-attr]
                 for column in columns:
                     fake = torch.empty(tuple(column.shape), dtype=torch.long, device=t.device)
-                    self._set(fake, column)
+                    self._set_fresh(fake, column)
                     self.made.append(fake)
                     longs.append(fake)
             else:

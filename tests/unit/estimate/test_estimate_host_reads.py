@@ -198,3 +198,46 @@ def test_a_known_value_written_through_a_boolean_mask_stays_right():
 
 def id_(out):
     return out
+
+
+class _EveryAddressOnceUnknown(set):
+    """``KnownValues._unknown`` as it is when every storage address was, at some time,
+    a storage written without a known value: the worst of address reuse, deterministic.
+    An address counts as unknown until it is discarded (a new storage claimed it)."""
+
+    def __contains__(self, key: object) -> bool:
+        return key not in self.claimed
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claimed: set[object] = set()
+
+    def discard(self, key: object) -> None:
+        self.claimed.add(key)
+
+
+def test_a_new_tensors_value_stands_where_a_freed_storage_was_unknown():
+    """Unknown values are kept by storage address; a storage freed and another made at its
+    address (likely: the addresses are the C++ storages') must not inherit the mark. The
+    fakes the known values make themselves (a host read's result, a mask's indices, an
+    input's copy) are new storages: their values stand."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memlab_rs.estimation._known_values import KnownValues
+
+    known = KnownValues()
+    known._unknown = _EveryAddressOnceUnknown()
+    real_mask = torch.tensor([True, False, True, True])
+    with FakeTensorMode():
+        mask = torch.empty(4, dtype=torch.bool)
+        x = torch.empty(4, 3)
+    known.remember(mask, real_mask)
+    assert torch.equal(known.value(mask), real_mask)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        indices = known.answer(torch.ops.aten.nonzero.default, (mask,), {})
+        picked = known.answer(torch.ops.aten.index.Tensor, (x, [mask]), {})
+    assert tuple(indices.shape) == (3, 1)
+    assert torch.equal(known.value(indices), torch.tensor([[0], [2], [3]]))
+    assert tuple(picked.shape) == (3, 3)
+    (made,) = known.made
+    assert torch.equal(known.value(made), torch.tensor([0, 2, 3]))
