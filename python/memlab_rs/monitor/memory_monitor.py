@@ -56,6 +56,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 from datetime import datetime
 from typing import Any, NamedTuple, TextIO
 
@@ -67,6 +68,19 @@ from .result import MonitorResult, dataframe, rendered
 
 _rust = _core.monitor
 
+
+
+class _DeadFlag:
+    """Raised by a weak reference's callback when a cached optimizer-state tensor dies. It
+    holds no reference to the monitor, so the references' callbacks make no cycle."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def raise_(self, _ref: object) -> None:
+        self.raised = True
 
 class MemoryMonitor:
     """Monitor a training loop's memory per iteration, as the original ``memory_profiler``
@@ -137,6 +151,10 @@ class MemoryMonitor:
         self._buffer_key: list[int] | None = None
         self._opt_ids: list[int] | None = None
         self._opt_quick: tuple[int, int] | None = None
+        # The cached state's tensors, weakly: a dead one sets the flag (an id compared
+        # later could be a new tensor's at the dead one's address).
+        self._opt_refs: list[weakref.ref] = []
+        self._opt_dead = _DeadFlag()
         self._params: list[torch.Tensor] | None = None
         self._buffers: list[torch.Tensor] = []
         self._opt_state: dict[int, int] = {}
@@ -546,17 +564,19 @@ class MemoryMonitor:
             return 0
         state_dict = self._optimizer.state
         quick = (id(state_dict), len(state_dict))
-        if not full and quick == self._opt_quick:
+        if not full and quick == self._opt_quick and not self._opt_dead.raised:
             return sum(self._opt_state.values())
         self._opt_quick = quick
         ids = _rust.state_ids(state_dict)
-        if ids != self._opt_ids:
+        if ids != self._opt_ids or self._opt_dead.raised:
             values = [v for st in state_dict.values() for v in st.values()]
             self._tensors.gradients()  # the gradient storages now, to exclude them
             known = self._tensors.known_storages()
             tensors = [v for v in values if isinstance(v, torch.Tensor)]
             state = self._storages(tensors, exclude=known)
             self._opt_ids, self._opt_state = ids, state
+            self._opt_dead = _DeadFlag()
+            self._opt_refs = [weakref.ref(t, self._opt_dead.raise_) for t in tensors]
             self._tensors.set_state(set(state))
         return sum(self._opt_state.values())
 

@@ -76,6 +76,44 @@ def test_exact_bytes_of_a_known_model():
     assert rows[0]["gradient"] == PARAMS
 
 
+class _Rebinding(torch.optim.Optimizer):
+    """Keeps one state tensor per parameter and replaces it at every step with a new one
+    of another size (as optimizers that update out of place, LBFGS's, rebind theirs)."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.steps += 1
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["buf"] = torch.zeros(1000 * (1 + self.steps % 7))
+        return None
+
+
+def test_state_tensors_replaced_between_records_are_read_again():
+    """Two optimizer steps between records, the state rebound at each: each record reads
+    the state alive then. Ids alone could not tell: the tensor the second step makes
+    often gets the address, and so the id, of the one the first step freed (the one the
+    last record saw)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1000, 10, bias=False)
+    opt = _Rebinding(model.parameters())
+    expected = []
+    with memlab_rs.memory_profiler(model, optimizer=opt, file=io.StringIO()) as mon:
+        step(model, opt)
+        mon.record_stats()
+        expected.append(1000 * (1 + opt.steps % 7) * 4)
+        for _ in range(12):
+            opt.step()
+            opt.step()
+            mon.record_stats()
+            expected.append(1000 * (1 + opt.steps % 7) * 4)
+    assert [r["optimizer_state_usage"] for r in mon.rows()] == expected
+
+
 def test_peak_in_forward_has_the_activations():
     model = tiny()
     with memlab_rs.memory_profiler(model, file=io.StringIO()) as mon:
