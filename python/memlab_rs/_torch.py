@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from . import _args
 
@@ -398,3 +399,26 @@ def autograd_nodes(roots: Iterable[Any]) -> Iterator[Any]:
     finally:
         seen.clear()
         stack.clear()
+
+
+def saved_values(node: Any, attr: str) -> list[Any]:
+    """What autograd node `node` saved under `attr` (a ``_saved_*`` name), flat, without
+    running a saved-tensors unpack hook where this torch lets one avoid it.
+
+    Reading ``node._saved_x`` unpacks. Under saved-tensors hooks (``save_on_cpu``,
+    offloading, compression) that runs the user's unpack hook, which may copy the tensor
+    back to the device (in an OOM handler, of all moments) and makes a temporary whose
+    address the next one can take. Where the raw saved tensors say their hook and hold
+    their packed data (``_raw_saved_x``'s ``unpack_hook`` and ``data``: torch 2.15 has
+    them, 2.8 does not), each is read as its data: a plain one's tensor, a hooked one's
+    packed value (its tensors wherever the pack hook put them). Elsewhere the attribute
+    is read as it always was. Raises what reading raises."""
+    raw: Any = getattr(node, "_raw" + attr, None)
+    raws: list[Any] = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    if raw is None or not all(hasattr(r, "unpack_hook") and hasattr(r, "data") for r in raws):
+        value = getattr(node, attr)
+        return list(value) if isinstance(value, (list, tuple)) else [value]
+    values: list[Any] = []
+    for r in raws:
+        values.extend(tree_flatten(r.data)[0])
+    return values

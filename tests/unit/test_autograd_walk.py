@@ -60,3 +60,31 @@ def test_the_doctor_counts_each_node_once_and_stops_at_its_cap(monkeypatch: pyte
     capped = facts.autograd_saved(cpu, [(loss, "loss")], {}, {})
     assert capped is not None
     assert capped["nodes"] == 10 and not capped["complete"]
+
+
+def test_the_doctor_reads_hooked_saved_tensors_as_packed_without_unpacking():
+    """Under saved-tensors hooks (save_on_cpu, offloading) reading ``node._saved_x`` runs
+    the user's unpack hook: on a GPU, a copy back to the device in the middle of an OOM.
+    Where torch tells the hook and keeps the packed value (``_raw_saved_x``), the doctor
+    counts the packed tensors and never unpacks; where it does not (torch 2.8), it reads
+    the attribute as before."""
+    unpacked: list[int] = []
+
+    def pack(t: torch.Tensor) -> tuple[str, torch.Tensor]:
+        return ("kept", t.clone())
+
+    def unpack(packed: tuple[str, torch.Tensor]) -> torch.Tensor:
+        unpacked.append(1)
+        return packed[1]
+
+    h = torch.randn(64, 128, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        out = (h * 2).sin()  # sin keeps its input: as a packed 64 x 128 float32 copy
+    raw = out.grad_fn._raw_saved_self
+    tells_its_hook = hasattr(raw, "unpack_hook") and hasattr(raw, "data")
+    found = facts.autograd_saved(torch.device("cpu"), [(out, "out")], {}, {})
+    assert found is not None
+    assert found["saved_bytes"] >= 64 * 128 * 4
+    assert (len(unpacked) == 0) == tells_its_hook
+    out.sum().backward()  # the graph is as it was: backward unpacks as usual
+    assert torch.allclose(h.grad, 2 * torch.cos(h * 2))

@@ -220,11 +220,10 @@ def autograd_saved(
             if not attr.startswith("_saved_"):
                 continue
             try:
-                value = getattr(node, attr)
+                values = _torch.saved_values(node, attr)
             except Exception as error:  # freed after a backward, or not a tensor we can read
                 reraise_interrupt(error)
                 continue
-            values = value if isinstance(value, (tuple, list)) else (value,)
             for v in values:
                 if isinstance(v, torch.Tensor) and v.device == device:
                     key = _storage_key(v)
