@@ -69,7 +69,6 @@ from .result import MonitorResult, dataframe, rendered
 _rust = _core.monitor
 
 
-
 class _DeadFlag:
     """Raised by a weak reference's callback when a cached optimizer-state tensor dies. It
     holds no reference to the monitor, so the references' callbacks make no cycle."""
@@ -81,6 +80,7 @@ class _DeadFlag:
 
     def raise_(self, _ref: object) -> None:
         self.raised = True
+
 
 class MemoryMonitor:
     """Monitor a training loop's memory per iteration, as the original ``memory_profiler``
