@@ -5,35 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autograd_graphs import dense_graph, distinct_nodes
 
 from memlab_rs import _torch
 from memlab_rs.doctor import facts
 
 
-def _dense_graph(layers: int = 8) -> torch.Tensor:
-    """Each layer sums the tanh of every earlier one: a node is reached by many paths."""
-    x = torch.randn(4, 8, requires_grad=True)
-    hs = [x]
-    for _ in range(layers):
-        hs.append(sum(torch.tanh(h) for h in hs))
-    return hs[-1].sum()
-
-
-def _distinct_nodes(loss: torch.Tensor) -> int:
-    """The nodes behind `loss`, counted holding every node's object (so ids stay theirs)."""
-    nodes: dict[int, object] = {}
-    stack = [loss.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is not None and id(node) not in nodes:
-            nodes[id(node)] = node
-            stack.extend(n for n, _ in node.next_functions)
-    return len(nodes)
-
-
 def test_each_node_comes_once_however_many_paths_reach_it():
-    loss = _dense_graph()
-    expected = _distinct_nodes(loss)
+    loss = dense_graph()
+    expected, _ = distinct_nodes(loss)
     # the sum, 8 layers' adds (one fewer than their terms) and tanh of each earlier layer
     # (1 + 2 + ... + 8 = 36 of each less the adds' first terms), x's AccumulateGrad
     assert expected == 74
@@ -43,13 +23,13 @@ def test_each_node_comes_once_however_many_paths_reach_it():
 
 
 def test_roots_may_repeat_or_be_none():
-    loss = _dense_graph(3)
+    loss = dense_graph(3)
     walked = list(_torch.autograd_nodes([None, loss.grad_fn, loss.grad_fn]))
-    assert len(walked) == _distinct_nodes(loss)
+    assert len(walked) == distinct_nodes(loss)[0]
 
 
 def test_the_doctor_counts_each_node_once_and_stops_at_its_cap(monkeypatch: pytest.MonkeyPatch):
-    loss = _dense_graph()
+    loss = dense_graph()
     cpu = torch.device("cpu")
     whole = facts.autograd_saved(cpu, [(loss, "loss")], {}, {})
     assert whole is not None and whole["complete"]
