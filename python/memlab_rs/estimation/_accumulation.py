@@ -49,7 +49,7 @@ class Accumulation:
             self._handles.append(node.register_prehook(self._starts))
             if node.next_functions:  # AccumulateGrad has none, and nothing to accumulate
                 self._handles.append(node.register_hook(self._returned))
-        node = None  # the nodes' objects go, as they would without the walk
+        node = None  # nor is the last node's object held through the backward
         try:
             yield
         finally:
